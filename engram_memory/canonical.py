@@ -1,0 +1,277 @@
+"""Canonical JSON, digests, identifiers, instants and cursors.
+
+This is the only module that turns values into bytes for hashing. Canonical bytes are RFC 8785
+(JCS) over NFC-normalised input; a digest is ``"sha256:" + hex(sha256(domain || canonical))``
+where every domain is a NUL-terminated constant defined here and nowhere else.
+
+The domain strings keep the ``graphify-memory`` prefix of the reference engine on purpose: they
+are interoperability constants, and persisted digests must not change.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import hashlib
+import re
+import unicodedata
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import rfc8785
+
+__all__ = [
+    "MAX_CURSOR",
+    "MAX_SAFE_INTEGER",
+    "ZERO_DIGEST",
+    "CanonicalError",
+    "Domain",
+    "canonical_bytes",
+    "digest",
+    "digest_bytes",
+    "epoch_ms",
+    "format_cursor",
+    "format_instant",
+    "from_epoch_ms",
+    "is_digest",
+    "is_instant",
+    "nfc",
+    "parse_cursor",
+    "parse_instant",
+    "receipt_digest",
+    "record_id_from_digest",
+]
+
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+"""The largest integer every JSON peer represents exactly (ECMAScript ``Number.MAX_SAFE_INTEGER``)."""
+
+MAX_CURSOR: Final = 2**64 - 1
+"""Journal cursors are unsigned 64-bit decimal strings."""
+
+ZERO_DIGEST: Final = "sha256:" + "0" * 64
+"""The ``previous_event_digest`` of the first journal event of a scope."""
+
+_DIGEST_RE: Final = re.compile(r"sha256:[0-9a-f]{64}")
+_INSTANT_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
+_CURSOR_RE: Final = re.compile(r"0|[1-9][0-9]*")
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class CanonicalError(ValueError):
+    """A value cannot be canonicalised (lone surrogate, duplicate key after NFC, unsafe number)."""
+
+
+class Domain(enum.Enum):
+    """Digest domains: each value is the exact domain string, NUL terminator included.
+
+    ``PAYLOAD`` and ``RECORD`` are the reference's versioned content domains; every other member is
+    a receipt kind and hashes under ``graphify-memory/<kind>/v1\\0``.
+    """
+
+    PAYLOAD = "graphify-memory/payload/v2\0"
+    RECORD = "graphify-memory/record/v2\0"
+    # receipt kinds shared with the reference engine
+    CAPTURE_IDENTITY = "graphify-memory/capture-identity/v1\0"
+    PENDING_CONTEXT = "graphify-memory/pending-context/v1\0"
+    ASSERTED_TRUST = "graphify-memory/asserted-trust/v1\0"
+    ADMISSION_DECISION = "graphify-memory/admission-decision/v1\0"
+    ADMISSION_PENDING = "graphify-memory/admission-pending/v1\0"
+    POLICY_EVIDENCE = "graphify-memory/policy-evidence/v1\0"
+    AUTHORIZATION_RESOURCE = "graphify-memory/authorization-resource/v1\0"
+    AUTHORIZATION_ALLOWED = "graphify-memory/authorization-allowed/v1\0"
+    AUTHORIZATION_REVALIDATION = "graphify-memory/authorization-revalidation/v1\0"
+    JOURNAL_EVENT = "graphify-memory/memory-journal-event/v1\0"
+    JOURNAL_INTENT = "graphify-memory/memory-journal-intent/v1\0"
+    FOLD_STATE = "graphify-memory/memory-fold-state/v1\0"
+    TRANSACTION = "graphify-memory/canonical-transaction/v1\0"
+    RECALL_PROFILE_CONFIG = "graphify-memory/recall-profile-config/v1\0"
+    RECALL_CANDIDATES = "graphify-memory/recall-candidates/v1\0"
+    RECALL_ORDERED = "graphify-memory/recall-ordered/v1\0"
+    RECALL_REQUEST = "graphify-memory/recall-request/v1\0"
+    RECALL_REDACTION = "graphify-memory/recall-redaction/v1\0"
+    RANK_RECEIPT = "graphify-memory/rank-receipt/v1\0"
+    RECALL_PACKET = "graphify-memory/recall-packet/v1\0"
+    ACCEPTED_SNAPSHOT = "graphify-memory/accepted-snapshot/v1\0"
+    ACCEPTED_ELIGIBILITY = "graphify-memory/accepted-eligibility/v1\0"
+    REVALIDATION_PACKET = "graphify-memory/revalidation-packet/v1\0"
+    KEY_DESTRUCTION = "graphify-memory/key-destruction/v1\0"
+    # engram-memory's own receipt kinds (the reference has no equivalent)
+    SCOPE_KEY = "engram-memory/scope-key/v1\0"
+    OPERATION = "engram-memory/operation/v1\0"
+    IDEMPOTENCY_INTENT = "engram-memory/idempotency-intent/v1\0"
+    RECORD_CONTEXT = "engram-memory/record-context/v1\0"
+    AUTHORIZATION = "engram-memory/authorization/v1\0"
+    PAGE_CURSOR = "engram-memory/page-cursor/v1\0"
+    READ_RECEIPT = "engram-memory/read-receipt/v1\0"
+    GET_PACKET = "engram-memory/get-packet/v1\0"
+    SEARCH_RESPONSE = "engram-memory/search-response/v1\0"
+    COVERAGE = "engram-memory/coverage/v1\0"
+    CONFIRMATION = "engram-memory/confirmation/v1\0"
+    TOMBSTONE_MATCH = "engram-memory/tombstone-match/v1\0"
+
+    @property
+    def prefix(self) -> bytes:
+        """The domain as UTF-8 bytes, ready to be prepended to canonical bytes."""
+        return self.value.encode("utf-8")
+
+
+def nfc(text: str) -> str:
+    """Return ``text`` in Unicode normalisation form C."""
+    return unicodedata.normalize("NFC", text)
+
+
+def _normalise(value: Any) -> Any:
+    """NFC-normalise every string and key, rejecting what JCS peers cannot agree on."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise CanonicalError("lone surrogate in string") from exc
+        return nfc(value)
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise CanonicalError("object keys must be strings")
+            norm_key = _normalise(key)
+            if norm_key in out:
+                raise CanonicalError("duplicate object key after NFC normalisation")
+            out[norm_key] = _normalise(item)
+        return out
+    if isinstance(value, list | tuple):
+        return [_normalise(item) for item in value]
+    if isinstance(value, float) and value.is_integer():
+        if value == 0 and str(value).startswith("-"):
+            raise CanonicalError("negative zero has no canonical form")
+        integral = int(value)
+        if abs(integral) > MAX_SAFE_INTEGER:
+            raise CanonicalError("integral number beyond the safe integer range")
+        return integral
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
+        raise CanonicalError("integer beyond the safe integer range")
+    return value
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """Return the RFC 8785 bytes of ``value`` after NFC normalisation.
+
+    Integral floats serialise as integers (``1.0`` → ``1``), object keys sort by UTF-16 code
+    units, and strings and keys are NFC-normalised first.
+
+    Raises:
+        CanonicalError: a lone surrogate, a duplicate key after NFC, ``-0``, NaN or infinity, or
+            an integer outside ±(2**53 − 1).
+    """
+    try:
+        return rfc8785.dumps(_normalise(value))
+    except rfc8785.CanonicalizationError as exc:
+        raise CanonicalError("value has no canonical JSON form") from exc
+
+
+def digest_bytes(domain: Domain, canonical: bytes) -> str:
+    """Digest bytes that are already canonical (lets callers canonicalise a value once)."""
+    return "sha256:" + hashlib.sha256(domain.prefix + canonical).hexdigest()
+
+
+def digest(domain: Domain, value: Any) -> str:
+    """Return ``"sha256:" + hex(sha256(domain || canonical_bytes(value)))``."""
+    return digest_bytes(domain, canonical_bytes(value))
+
+
+def receipt_digest(domain: Domain, body: dict[str, Any], field: str = "receipt_digest") -> str:
+    """Digest a receipt over every key except its own digest ``field``."""
+    return digest(domain, {key: item for key, item in body.items() if key != field})
+
+
+def is_digest(value: object) -> bool:
+    """Whether ``value`` is ``sha256:`` followed by 64 lower-case hex digits."""
+    return isinstance(value, str) and _DIGEST_RE.fullmatch(value) is not None
+
+
+def record_id_from_digest(record_digest: str) -> str:
+    """Return ``"mem_"`` + the lower-case, unpadded base32 of the 32 digest bytes.
+
+    Raises:
+        ValueError: ``record_digest`` is not a well-formed digest.
+    """
+    if not is_digest(record_digest):
+        raise ValueError("not a sha256 digest")
+    raw = bytes.fromhex(record_digest.removeprefix("sha256:"))
+    return "mem_" + base64.b32encode(raw).decode("ascii").rstrip("=").lower()
+
+
+def format_instant(moment: datetime) -> str:
+    """Format an aware datetime as ``YYYY-MM-DDTHH:mm:ss.sssZ`` (UTC, milliseconds, truncated).
+
+    Raises:
+        ValueError: ``moment`` is naive.
+    """
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("instants must be timezone-aware")
+    utc = moment.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+def parse_instant(text: str) -> datetime:
+    """Parse a canonical instant; the inverse of :func:`format_instant`.
+
+    Raises:
+        ValueError: the text is not exactly ``YYYY-MM-DDTHH:mm:ss.sssZ`` or names no real moment
+            (Feb 30, hour 24, year 0000).
+    """
+    if not isinstance(text, str) or _INSTANT_RE.fullmatch(text) is None:
+        raise ValueError("not a canonical instant")
+    try:
+        parsed = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    except ValueError as exc:
+        raise ValueError("not a canonical instant") from exc
+    if format_instant(parsed) != text:
+        raise ValueError("not a canonical instant")
+    return parsed
+
+
+def is_instant(text: object) -> bool:
+    """Whether ``text`` is a canonical instant string."""
+    if not isinstance(text, str):
+        return False
+    try:
+        parse_instant(text)
+    except ValueError:
+        return False
+    return True
+
+
+def epoch_ms(moment: datetime) -> int:
+    """Milliseconds since the Unix epoch of an aware datetime (floor)."""
+    delta = moment.astimezone(UTC) - _EPOCH
+    return delta // timedelta(milliseconds=1)
+
+
+def from_epoch_ms(millis: int) -> datetime:
+    """The aware UTC datetime of ``millis`` since the Unix epoch."""
+    return _EPOCH + timedelta(milliseconds=millis)
+
+
+def format_cursor(position: int) -> str:
+    """Format a journal position as a canonical decimal cursor.
+
+    Raises:
+        ValueError: outside ``0 .. 2**64 − 1``.
+    """
+    if isinstance(position, bool) or not 0 <= position <= MAX_CURSOR:
+        raise ValueError("cursor out of range")
+    return str(position)
+
+
+def parse_cursor(text: str) -> int:
+    """Parse a canonical decimal cursor (no sign, no leading zeros, at most 2**64 − 1).
+
+    Raises:
+        ValueError: the text is not a canonical cursor.
+    """
+    if not isinstance(text, str) or _CURSOR_RE.fullmatch(text) is None:
+        raise ValueError("not a canonical cursor")
+    value = int(text)
+    if value > MAX_CURSOR:
+        raise ValueError("cursor out of range")
+    return value

@@ -1,0 +1,80 @@
+"""Host-bound call context: who calls, in which scope, for what purpose, with which approval.
+
+Nothing here ever comes from tool arguments. The host builds a :class:`HostBinding` per call.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
+
+import attrs
+
+from engram_memory.canonical import Domain, digest
+
+__all__ = ["ALL_TOOLS", "Confirmation", "HostBinding", "scope_key"]
+
+ALL_TOOLS: Final = frozenset(
+    {
+        "engram_memory_search",
+        "engram_memory_get",
+        "engram_memory_capture",
+        "engram_memory_request_admission",
+        "engram_memory_withdraw",
+        "engram_memory_forget",
+    }
+)
+
+
+def _aware(_inst: object, attribute: attrs.Attribute[datetime], value: datetime) -> None:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{attribute.name} must be a timezone-aware datetime")
+
+
+@attrs.frozen(kw_only=True)
+class Confirmation:
+    """A human approval the host obtained for one operation.
+
+    Valid for a call iff ``tool``, ``target`` and ``operation_digest`` match the call
+    (see :meth:`engram_memory.MemoryService.operation_digest`), ``approved_at − requested_at`` is
+    within 0..300 s, the call runs within 30 s after ``approved_at``, and ``id`` was never used
+    (it is consumed in the same unit of work as the mutation).
+    """
+
+    id: str
+    tool: str
+    target: str
+    operation_digest: str
+    requested_at: datetime = attrs.field(validator=_aware)
+    approved_at: datetime = attrs.field(validator=_aware)
+
+
+@attrs.frozen(kw_only=True)
+class HostBinding:
+    """Everything the host owns about one tool call.
+
+    ``tools`` are the tools this binding grants (the Policy may narrow them further). ``deadline``
+    is an aware datetime after which the call fails with ``DEADLINE_EXCEEDED``. An empty tenant,
+    workspace, principal or purpose makes every call a protocol error (-32603).
+    """
+
+    tenant_id: str
+    workspace_id: str
+    principal: str
+    agent_id: str
+    session: str
+    purpose_ref: str
+    tools: frozenset[str] = attrs.field(default=ALL_TOOLS, converter=frozenset)
+    audit_id: str | None = None
+    deadline: datetime | None = attrs.field(default=None, validator=attrs.validators.optional(_aware))
+    confirmation: Confirmation | None = None
+
+    @property
+    def scope(self) -> str:
+        """The opaque scope key of (tenant, workspace); every store access is partitioned by it."""
+        return scope_key(self.tenant_id, self.workspace_id)
+
+
+def scope_key(tenant_id: str, workspace_id: str) -> str:
+    """Derive the opaque scope key of a (tenant, workspace) pair (a digest; reveals neither)."""
+    return digest(Domain.SCOPE_KEY, {"tenant_id": tenant_id, "workspace_id": workspace_id})

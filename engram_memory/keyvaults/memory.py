@@ -1,0 +1,68 @@
+"""``InMemoryKeyVault``: AES-256-GCM with a fresh key per sealed item, keys in process memory."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from engram_memory.errors import KeyUnavailableError, SealIntegrityError
+from engram_memory.ports import SealedEnvelope
+
+__all__ = ["InMemoryKeyVault"]
+
+_NONCE_BYTES = 12
+
+
+class InMemoryKeyVault:
+    """The in-memory reference :class:`~engram_memory.ports.KeyVault`.
+
+    Every :meth:`seal` draws a new 256-bit key and a random 96-bit nonce and binds ``context`` as
+    associated data. :meth:`destroy` drops the key: every envelope sealed under it is gone.
+    Keys never appear in ``repr`` or exception text.
+    """
+
+    def __init__(self) -> None:
+        self._keys: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"InMemoryKeyVault(keys={len(self._keys)})"
+
+    @property
+    def destroys_synchronously(self) -> bool:
+        """Destruction is immediate."""
+        return True
+
+    def seal(self, context: str, plaintext: bytes) -> SealedEnvelope:
+        """Encrypt under a fresh key bound to ``context``."""
+        key = AESGCM.generate_key(bit_length=256)
+        key_ref = "key_" + secrets.token_hex(16)
+        nonce = secrets.token_bytes(_NONCE_BYTES)
+        ciphertext = AESGCM(key).encrypt(nonce, plaintext, context.encode("utf-8"))
+        with self._lock:
+            self._keys[key_ref] = key
+        return SealedEnvelope(key_ref=key_ref, nonce=nonce, ciphertext=ciphertext)
+
+    def open(self, envelope: SealedEnvelope, context: str) -> bytes:
+        """Decrypt; a missing key or a failed tag is a typed error."""
+        with self._lock:
+            key = self._keys.get(envelope.key_ref)
+        if key is None:
+            raise KeyUnavailableError("data key is unknown or destroyed")
+        try:
+            return AESGCM(key).decrypt(envelope.nonce, envelope.ciphertext, context.encode("utf-8"))
+        except InvalidTag as exc:
+            raise SealIntegrityError("sealed envelope failed authentication") from exc
+
+    def destroy(self, key_ref: str) -> None:
+        """Forget the key (no-op when already gone)."""
+        with self._lock:
+            self._keys.pop(key_ref, None)
+
+    def holds(self, key_ref: str) -> bool:
+        """Whether the key still exists (for tests and audits)."""
+        with self._lock:
+            return key_ref in self._keys

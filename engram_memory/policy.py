@@ -1,0 +1,94 @@
+"""``DefaultPolicy``: the reference host policy, configured by keyword arguments."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Literal
+
+import attrs
+
+from engram_memory.context import ALL_TOOLS, HostBinding
+from engram_memory.ports import AdmissionDecision, AdmissionRequest, CaptureConstraints
+
+__all__ = ["DefaultPolicy"]
+
+_DECISIONS: dict[str, Literal["accept", "reject", "adjudication_required"]] = {
+    "accept": "accept",
+    "reject": "reject",
+    "adjudicate": "adjudication_required",
+}
+
+
+@attrs.frozen(kw_only=True)
+class DefaultPolicy:
+    """A fixed policy for every binding.
+
+    Args:
+        admission: ``"adjudicate"`` (default: every candidate waits for a host decision through
+            :meth:`engram_memory.MemoryAdmin.adjudicate`), ``"accept"`` or ``"reject"``.
+        confirm_capture: captures need a host confirmation.
+        confirm_admission: admission requests need a host confirmation.
+        allow_retain: ``retention.derivative_rule: "retain"`` is allowed.
+        max_retention: the cap on ``retention.expires_at`` after capture time (``None``: no cap).
+        family_refs: reconciliation families the host consents to.
+        redaction: top-level JSON pointers a reader may see (``None``: the whole record);
+            ``/record_id`` is always kept.
+        tools: the tools this policy grants (all six by default).
+        trust: the trust class assigned to captures.
+        policy_id: an opaque ref naming the policy.
+        policy_version: bump it to make decisions on older candidates ``POLICY_STALE``.
+    """
+
+    admission: Literal["adjudicate", "accept", "reject"] = attrs.field(
+        default="adjudicate", validator=attrs.validators.in_(tuple(_DECISIONS))
+    )
+    confirm_capture: bool = False
+    confirm_admission: bool = False
+    allow_retain: bool = False
+    max_retention: timedelta | None = timedelta(days=365)
+    family_refs: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    redaction: tuple[str, ...] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(lambda v: tuple(sorted(set(v))))
+    )
+    tools: frozenset[str] = attrs.field(default=ALL_TOOLS, converter=frozenset)
+    trust: Literal["asserted", "earned", "signed"] = "asserted"
+    policy_id: str = "engram-memory:default-policy"
+    policy_version: str = "1"
+
+    def granted_tools(self, binding: HostBinding) -> frozenset[str]:
+        """The configured tools, intersected with the binding's."""
+        return self.tools & binding.tools
+
+    def capture_constraints(self, binding: HostBinding) -> CaptureConstraints:  # noqa: ARG002
+        """The configured retention and reconciliation limits."""
+        return CaptureConstraints(
+            allow_retain=self.allow_retain,
+            max_retention=self.max_retention,
+            family_refs=self.family_refs,
+        )
+
+    def requires_confirmation(self, tool: str, binding: HostBinding) -> bool:  # noqa: ARG002
+        """capture and request_admission as configured; withdraw and forget always."""
+        if tool == "engram_memory_capture":
+            return self.confirm_capture
+        if tool == "engram_memory_request_admission":
+            return self.confirm_admission
+        return tool in {"engram_memory_withdraw", "engram_memory_forget"}
+
+    def redaction_allowlist(self, binding: HostBinding) -> tuple[str, ...] | None:  # noqa: ARG002
+        """The configured allowlist."""
+        return self.redaction
+
+    def trust_class(self, binding: HostBinding) -> Literal["asserted", "earned", "signed"]:  # noqa: ARG002
+        """The configured trust class."""
+        return self.trust
+
+    def decide(self, request: AdmissionRequest, now: datetime) -> AdmissionDecision:
+        """The configured decision, issued now for the request's record digest."""
+        return AdmissionDecision(
+            decision=_DECISIONS[self.admission],
+            record_digest=request.record_digest,
+            issued_at=now,
+            policy_id=self.policy_id,
+            policy_version=self.policy_version,
+        )

@@ -1,0 +1,485 @@
+"""The ports: Store, KeyVault, Policy, Ranker and Clock, and the values they exchange.
+
+Ports are :class:`typing.Protocol` s; a backend needs to import nothing from here to conform,
+and certifies itself with the shipped suites in :mod:`engram_memory.testing`. Adapters translate
+their driver's exceptions into the port errors of :mod:`engram_memory.errors`
+(:class:`~engram_memory.errors.StoreUnavailableError`, ...) at their edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import attrs
+
+if TYPE_CHECKING:
+    from engram_memory.context import HostBinding
+
+__all__ = [
+    "FIELDS",
+    "AdmissionDecision",
+    "AdmissionRequest",
+    "CandidateRow",
+    "CaptureConstraints",
+    "Clock",
+    "IdempotencyRow",
+    "IndexStats",
+    "IndexedDocument",
+    "JournalEvent",
+    "KeyVault",
+    "Policy",
+    "Posting",
+    "RankedHit",
+    "Ranker",
+    "RankingQuery",
+    "RecordRow",
+    "SealedEnvelope",
+    "Store",
+    "StoreReader",
+    "UnitOfWork",
+]
+
+FIELDS: tuple[str, ...] = ("primary", "decision", "evidence", "context", "citations")
+"""The lexical fields of a record, in the order every per-field tuple uses."""
+
+CandidateState = Literal["pending", "rejected", "withdrawn", "admitted"]
+RecordState = Literal[
+    "accepted_current",
+    "accepted_disputed",
+    "historical",
+    "expired",
+    "trust_invalid",
+    "tombstoned",
+]
+
+
+# --------------------------------------------------------------------------- values
+
+
+@attrs.frozen(kw_only=True)
+class SealedEnvelope:
+    """Ciphertext produced by a :class:`KeyVault`; useless without the vault's key ``key_ref``."""
+
+    key_ref: str
+    nonce: bytes = attrs.field(repr=False)
+    ciphertext: bytes = attrs.field(repr=False)
+
+
+@attrs.frozen(kw_only=True)
+class JournalEvent:
+    """One journal event of a scope: ``body`` is its canonical JSON (ids, states, digests only)."""
+
+    cursor: int
+    event_digest: str
+    body: bytes
+
+
+@attrs.frozen(kw_only=True)
+class IdempotencyRow:
+    """What a (principal, idempotency key) is bound to: the intent and the original response."""
+
+    intent_digest: str
+    response: bytes
+
+
+@attrs.frozen(kw_only=True)
+class CandidateRow:
+    """The control row of a candidate; everything else about it is inside ``sealed``.
+
+    ``sealed`` is ``None`` once the candidate left ``pending`` (the ciphertext is deleted and its
+    key destroyed). ``outcome`` holds the canonical JSON of the accepted admission outcome.
+    """
+
+    candidate_id: str
+    state: CandidateState
+    created_cursor: int
+    record_digest: str
+    sealed: SealedEnvelope | None
+    policy_id: str
+    policy_version: str
+    record_id: str | None = None
+    outcome: bytes | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RecordRow:
+    """An admitted record: its lifecycle state, digests, eligibility inputs and sealed body.
+
+    ``sealed`` is ``None`` once the record is tombstoned (body key destroyed, ciphertext deleted).
+    ``valid_from``/``valid_to`` are the closed valid-time interval in epoch ms (``None`` = open);
+    ``expires_at_ms`` is the retention expiry in epoch ms.
+    """
+
+    record_id: str
+    state: RecordState
+    record_digest: str
+    payload_digest: str
+    sealed: SealedEnvelope | None
+    recorded_cursor: int
+    accepted_cursor: int
+    valid_from: int
+    valid_to: int | None
+    expires_at_ms: int | None
+    trust_valid: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class IndexedDocument:
+    """The lexical index entry of one record: per-term frequencies per field, field lengths.
+
+    Tuples follow :data:`FIELDS`. The eligibility inputs are copied so a search can filter
+    without reading record rows.
+    """
+
+    record_id: str
+    lengths: tuple[int, ...]
+    terms: dict[str, tuple[int, ...]]
+    valid_from: int
+    valid_to: int | None
+    expires_at_ms: int | None
+
+
+@attrs.frozen(kw_only=True)
+class Posting:
+    """One record's occurrence of a term, with what scoring and eligibility need."""
+
+    record_id: str
+    frequencies: tuple[int, ...]
+    lengths: tuple[int, ...]
+    valid_from: int
+    valid_to: int | None
+    expires_at_ms: int | None
+
+
+@attrs.frozen(kw_only=True)
+class IndexStats:
+    """Corpus statistics of a scope's index: document count and total length per field."""
+
+    documents: int
+    total_lengths: tuple[int, ...]
+
+
+# --------------------------------------------------------------------------- Store
+
+
+class StoreReader(Protocol):
+    """A consistent read view of one scope. Nothing read here belongs to another scope."""
+
+    def high_water(self) -> int:
+        """The scope's last journal cursor, ``0`` when the journal is empty."""
+        ...
+
+    def last_event_digest(self) -> str | None:
+        """The ``event_digest`` of the last event, ``None`` when the journal is empty."""
+        ...
+
+    def events(self, after: int = 0) -> Iterator[JournalEvent]:
+        """Journal events with ``cursor > after`` in cursor order."""
+        ...
+
+    def idempotency(self, principal: str, key: str) -> IdempotencyRow | None:
+        """The row bound to (principal, key) in this scope, or ``None``."""
+        ...
+
+    def candidate(self, candidate_id: str) -> CandidateRow | None:
+        """The candidate's control row in this scope, or ``None`` (unknown or other scope)."""
+        ...
+
+    def record(self, record_id: str) -> RecordRow | None:
+        """The record row in this scope, or ``None`` (unknown or other scope)."""
+        ...
+
+    def candidates(self) -> Iterator[CandidateRow]:
+        """Every candidate row of the scope, ordered by candidate id."""
+        ...
+
+    def records(self) -> Iterator[RecordRow]:
+        """Every record row of the scope, ordered by record id."""
+        ...
+
+    def is_tombstoned_payload(self, payload_digest: str) -> bool:
+        """Whether a tombstoned record of this scope had this payload digest."""
+        ...
+
+    def confirmation_used(self, confirmation_id: str) -> bool:
+        """Whether a confirmation id was already consumed in this scope."""
+        ...
+
+    def index_stats(self) -> IndexStats:
+        """Statistics over the indexed (``accepted_current``) documents of the scope."""
+        ...
+
+    def postings(self, term: str) -> Sequence[Posting]:
+        """Every indexed record of the scope containing ``term``, ordered by record id."""
+        ...
+
+    def indexed_ids(self) -> Iterator[str]:
+        """Ids of every indexed record of the scope, ordered."""
+        ...
+
+    def doomed_keys(self) -> list[str]:
+        """Key refs whose destruction was committed but not yet confirmed by the vault."""
+        ...
+
+
+class UnitOfWork(StoreReader, Protocol):
+    """One atomic mutation of one scope: all of its writes commit together or none do.
+
+    Reads see the unit's own writes. Leaving the ``with`` block normally commits; an exception
+    rolls everything back and propagates.
+    """
+
+    def append_event(self, event: JournalEvent) -> None:
+        """Append the next event.
+
+        Raises:
+            StoreConflictError: ``event.cursor`` is not ``high_water() + 1``.
+        """
+        ...
+
+    def put_idempotency(self, principal: str, key: str, row: IdempotencyRow) -> None:
+        """Bind (principal, key); an existing binding is never overwritten.
+
+        Raises:
+            StoreConflictError: the pair is already bound.
+        """
+        ...
+
+    def put_candidate(self, row: CandidateRow) -> None:
+        """Insert or replace a candidate's control row."""
+        ...
+
+    def put_record(self, row: RecordRow) -> None:
+        """Insert or replace a record row."""
+        ...
+
+    def add_tombstone(self, payload_digest: str) -> None:
+        """Remember that a record with this payload digest was tombstoned in the scope."""
+        ...
+
+    def consume_confirmation(self, confirmation_id: str) -> None:
+        """Mark a confirmation id used.
+
+        Raises:
+            StoreConflictError: it was already used.
+        """
+        ...
+
+    def index_document(self, document: IndexedDocument) -> None:
+        """Add a record to the scope's lexical index (replacing an older entry)."""
+        ...
+
+    def unindex(self, record_id: str) -> None:
+        """Remove every trace of a record from the scope's lexical index (no-op if absent)."""
+        ...
+
+    def doom_key(self, key_ref: str) -> None:
+        """Record that ``key_ref`` must be destroyed (cleared once the vault confirms)."""
+        ...
+
+    def clear_doomed_key(self, key_ref: str) -> None:
+        """Forget a doomed key once the vault destroyed it."""
+        ...
+
+
+class Store(Protocol):
+    """Journal, state, idempotency rows and lexical index, partitioned by scope key.
+
+    Each mutation runs in exactly one :meth:`write` unit of work; reads run in :meth:`read`
+    views and never write.
+    """
+
+    def read(self, scope: str) -> AbstractContextManager[StoreReader]:
+        """A consistent read view of ``scope``."""
+        ...
+
+    def write(self, scope: str) -> AbstractContextManager[UnitOfWork]:
+        """A unit of work on ``scope`` (serialised with every other writer of the scope).
+
+        Raises:
+            StoreUnavailableError: the store cannot start or commit now (retriable).
+            StoreOutcomeUnknownError: the commit may or may not have happened.
+        """
+        ...
+
+    def scopes(self) -> list[str]:
+        """Every scope key with at least one journal event, sorted."""
+        ...
+
+    def secret(self) -> bytes:
+        """A per-store secret (32 bytes) for MACs such as page cursors; stable across reopen."""
+        ...
+
+    def close(self) -> None:
+        """Release resources; idempotent."""
+        ...
+
+
+# --------------------------------------------------------------------------- KeyVault
+
+
+class KeyVault(Protocol):
+    """Data keys that never leave the vault: seal, open, destroy (crypto-shredding).
+
+    A cloud KMS can implement this: ``seal`` makes a fresh data key per call, the associated
+    data binds ``context`` (scope and id), and ``destroy`` makes every envelope sealed under the
+    key permanently unreadable.
+    """
+
+    @property
+    def destroys_synchronously(self) -> bool:
+        """``True`` if :meth:`destroy` erases the key before returning (else it is scheduled)."""
+        ...
+
+    def seal(self, context: str, plaintext: bytes) -> SealedEnvelope:
+        """Encrypt ``plaintext`` under a fresh key, binding ``context`` as associated data."""
+        ...
+
+    def open(self, envelope: SealedEnvelope, context: str) -> bytes:
+        """Decrypt an envelope sealed with the same ``context``.
+
+        Raises:
+            KeyUnavailableError: the key is unknown or destroyed.
+            SealIntegrityError: the ciphertext or context does not authenticate.
+        """
+        ...
+
+    def destroy(self, key_ref: str) -> None:
+        """Destroy a key; destroying an unknown or already destroyed key is a no-op."""
+        ...
+
+
+# --------------------------------------------------------------------------- Policy
+
+
+@attrs.frozen(kw_only=True)
+class CaptureConstraints:
+    """What the host allows in a capture's retention and reconciliation."""
+
+    allow_retain: bool = False
+    max_retention: timedelta | None = None
+    family_refs: frozenset[str] = frozenset()
+
+
+@attrs.frozen(kw_only=True)
+class AdmissionRequest:
+    """What the service hands the policy: the opened, re-digested candidate."""
+
+    candidate_id: str
+    scope: str
+    record_digest: str
+    payload_digest: str
+    payload: dict[str, Any]
+    evidence: dict[str, Any]
+    principal: str
+    agent_id: str
+    session: str
+
+
+@attrs.frozen(kw_only=True)
+class AdmissionDecision:
+    """A policy's decision; the service wraps and validates it (id, version, digest, age)."""
+
+    decision: Literal["accept", "reject", "adjudication_required"]
+    record_digest: str
+    issued_at: datetime
+    policy_id: str
+    policy_version: str
+
+
+class Policy(Protocol):
+    """The host's rules. Pure decisions; raising anything means ``POLICY_UNAVAILABLE``."""
+
+    @property
+    def policy_id(self) -> str:
+        """Stable identifier of the policy (an opaque ref)."""
+        ...
+
+    @property
+    def policy_version(self) -> str:
+        """Version; a candidate captured under another version gets ``POLICY_STALE``."""
+        ...
+
+    def granted_tools(self, binding: HostBinding) -> frozenset[str]:
+        """The tools this policy grants the binding (intersected with ``binding.tools``)."""
+        ...
+
+    def capture_constraints(self, binding: HostBinding) -> CaptureConstraints:
+        """Retention and reconciliation limits for captures by this binding."""
+        ...
+
+    def requires_confirmation(self, tool: str, binding: HostBinding) -> bool:
+        """Whether capture / request_admission need a human confirmation (withdraw and forget
+        always do, whatever this returns)."""
+        ...
+
+    def redaction_allowlist(self, binding: HostBinding) -> tuple[str, ...] | None:
+        """Top-level JSON pointers of the record fields the binding may read; ``None`` = all."""
+        ...
+
+    def trust_class(self, binding: HostBinding) -> Literal["asserted", "earned", "signed"]:
+        """The trust class of what this binding captures (never the caller's choice)."""
+        ...
+
+    def decide(self, request: AdmissionRequest, now: datetime) -> AdmissionDecision:
+        """Decide a pending candidate."""
+        ...
+
+
+# --------------------------------------------------------------------------- Ranker and Clock
+
+
+@attrs.frozen(kw_only=True)
+class RankingQuery:
+    """A query as the ranker sees it: tokens plus the pinned eligibility instant."""
+
+    terms: tuple[str, ...]
+    valid_as_of: int
+    now_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class RankedHit:
+    """One ranked record: final score, its recency component, and the lexical score."""
+
+    record_id: str
+    score: float
+    recency: float
+    lexical: float
+
+
+class Ranker(Protocol):
+    """Orders the eligible records of one scope for a query; deterministic and read-only."""
+
+    @property
+    def profile(self) -> str:
+        """The ranking profile name (``offline_lexical_v1`` for the reference ranker)."""
+        ...
+
+    @property
+    def channels(self) -> frozenset[str]:
+        """The channels this ranker provides (``{"lexical"}`` or ``{"lexical", "semantic"}``)."""
+        ...
+
+    def config(self) -> dict[str, Any]:
+        """Every constant that determines the order (bound by ``profile_config_digest``)."""
+        ...
+
+    def tokenize(self, text: str) -> list[str]:
+        """The tokens of ``text`` (used for the index and for queries)."""
+        ...
+
+    def rank(self, reader: StoreReader, query: RankingQuery) -> list[RankedHit]:
+        """Every eligible hit, best first (score desc, recency desc, record id asc)."""
+        ...
+
+
+class Clock(Protocol):
+    """Injected time; the core never reads the system clock itself."""
+
+    def now(self) -> datetime:
+        """The current instant, timezone-aware."""
+        ...

@@ -1,0 +1,1 @@
+"""Ranking: the tokenizer and the reference lexical ranker."""

@@ -1,0 +1,142 @@
+"""Construction of completed payloads, records, trust and receipts, and the sealing contexts.
+
+Each function canonicalises its value once; every digest here uses a named
+:class:`~engram_memory.canonical.Domain`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engram_memory.canonical import Domain, digest, receipt_digest, record_id_from_digest
+
+__all__ = [
+    "authorization_receipt",
+    "build_record",
+    "candidate_context",
+    "candidate_id_for",
+    "complete_payload",
+    "record_context",
+    "transaction_receipt",
+    "trust_binding",
+]
+
+DEFAULT_RETENTION = {"derivative_rule": "make-ineligible"}
+
+
+def candidate_context(scope: str, candidate_id: str) -> str:
+    """Associated data binding a pending envelope to its scope and candidate id."""
+    return digest(Domain.PENDING_CONTEXT, {"scope_ref": scope, "candidate_id": candidate_id})
+
+
+def record_context(scope: str, record_id: str) -> str:
+    """Associated data binding a record body to its scope and record id."""
+    return digest(Domain.RECORD_CONTEXT, {"scope_ref": scope, "record_id": record_id})
+
+
+def candidate_id_for(scope: str, principal: str, idempotency_key: str) -> str:
+    """``candidate_`` + 64 hex: deterministic per (scope, principal, idempotency key)."""
+    identity = digest(
+        Domain.CAPTURE_IDENTITY,
+        {"scope_ref": scope, "principal": principal, "idempotency_key": idempotency_key},
+    )
+    return "candidate_" + identity.removeprefix("sha256:")
+
+
+def complete_payload(payload: dict[str, Any], scope: str) -> dict[str, Any]:
+    """The payload as digested and stored: scope injected, retention and reconciliation defaulted."""
+    completed = dict(payload)
+    completed["scope_ref"] = scope
+    completed.setdefault("retention", dict(DEFAULT_RETENTION))
+    completed.setdefault("reconciliation", {"family_refs": []})
+    return completed
+
+
+def authorization_receipt(
+    *,
+    tool: str,
+    scope: str,
+    principal: str,
+    agent_id: str,
+    session: str,
+    purpose_ref: str,
+    target: str,
+    policy_id: str,
+    policy_version: str,
+    checked_at: str,
+) -> str:
+    """Digest of the host-bound authorization under which an operation ran."""
+    return digest(
+        Domain.AUTHORIZATION,
+        {
+            "tool": tool,
+            "scope_ref": scope,
+            "principal": principal,
+            "agent_id": agent_id,
+            "session": session,
+            "purpose_ref": purpose_ref,
+            "target": target,
+            "policy_id": policy_id,
+            "policy_version": policy_version,
+            "checked_at": checked_at,
+        },
+    )
+
+
+def trust_binding(
+    *, trust_class: str, evidence_digest: str, policy_id: str, policy_version: str, issued_at: str, payload_digest: str
+) -> dict[str, Any]:
+    """The host-assigned trust of a capture, with its receipt digest (bound to the payload)."""
+    body = {
+        "class": trust_class,
+        "evidence_digest": evidence_digest,
+        "verifier_id": policy_id,
+        "verifier_version": policy_version,
+        "issued_at": issued_at,
+        "revocation_epoch": "0",
+    }
+    body["receipt_digest"] = digest(Domain.ASSERTED_TRUST, {**body, "payload_digest": payload_digest})
+    return body
+
+
+def build_record(
+    *,
+    completed: dict[str, Any],
+    payload_digest: str,
+    recorded_at: str,
+    recorded_cursor: str,
+    authorization_receipt_digest: str,
+    trust: dict[str, Any],
+) -> dict[str, Any]:
+    """The accepted record: payload fields plus provenance, ``record_digest`` and ``record_id``.
+
+    ``record_digest`` hashes the record without ``record_id`` and ``record_digest``.
+    """
+    record = {
+        **completed,
+        "payload_digest": payload_digest,
+        "recorded_at": recorded_at,
+        "recorded_cursor": recorded_cursor,
+        "authorization_receipt_digest": authorization_receipt_digest,
+        "trust": trust,
+    }
+    record_digest = digest(Domain.RECORD, record)
+    record["record_digest"] = record_digest
+    record["record_id"] = record_id_from_digest(record_digest)
+    return record
+
+
+def transaction_receipt(
+    *, operation: str, scope: str, cursor: str, event_digest: str, committed_at: str, record_digest: str | None = None
+) -> str:
+    """Digest binding a committed unit of work to its event and time."""
+    body: dict[str, Any] = {
+        "operation": operation,
+        "scope_ref": scope,
+        "cursor": cursor,
+        "event_digest": event_digest,
+        "committed_at": committed_at,
+    }
+    if record_digest is not None:
+        body["record_digest"] = record_digest
+    return receipt_digest(Domain.TRANSACTION, body)

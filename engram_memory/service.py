@@ -1,0 +1,209 @@
+"""``MemoryService``: the six operations, typed and as the JSON contract of the six tools.
+
+Pure orchestration over the ports. Every call is bound by the host (:class:`HostBinding`); the
+service checks the binding, the grant and the bound purpose before anything else, then delegates
+to the write path or the read path. ``call_tool`` always answers with the envelope and raises
+only :class:`~engram_memory.errors.ProtocolError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any, Final
+
+from engram_memory.context import HostBinding
+from engram_memory.errors import EngramError, ErrorCode, ProtocolError
+from engram_memory.ports import Clock, KeyVault, Policy, Ranker, Store
+from engram_memory.ranking.lexical import LexicalRanker
+from engram_memory.read_path import ReadPath
+from engram_memory.results import (
+    CaptureResult,
+    ForgetResult,
+    GetResult,
+    RequestAdmissionResult,
+    SearchResult,
+    WithdrawResult,
+)
+from engram_memory.wire.args import (
+    CaptureArgs,
+    ForgetArgs,
+    GetArgs,
+    RequestAdmissionArgs,
+    SearchArgs,
+    WithdrawArgs,
+)
+from engram_memory.wire.converter import ARGS_BY_TOOL, TOOL_NAMES, ToolArgs, parse_args
+from engram_memory.wire.envelope import failure_envelope, success_envelope
+from engram_memory.write_path import WritePath
+
+__all__ = ["MemoryService"]
+
+_log = logging.getLogger("engram_memory")
+
+SEARCH: Final = "engram_memory_search"
+GET: Final = "engram_memory_get"
+CAPTURE: Final = "engram_memory_capture"
+ADMISSION: Final = "engram_memory_request_admission"
+WITHDRAW: Final = "engram_memory_withdraw"
+FORGET: Final = "engram_memory_forget"
+_MUTATIONS: Final = frozenset({CAPTURE, ADMISSION, WITHDRAW, FORGET})
+
+
+def _default_audit_id() -> str:
+    return "audit_" + uuid.uuid4().hex
+
+
+class MemoryService:
+    """Governed memory for agents: search, get, capture, request_admission, withdraw, forget.
+
+    Args:
+        store: journal, state, idempotency rows and index (one unit of work per mutation).
+        vault: data keys for sealed candidates and record bodies.
+        policy: the host's rules (grants, retention caps, confirmation, redaction, admission).
+        clock: injected time.
+        ranker: the search ranker (the lexical ``offline_lexical_v1`` ranker by default).
+        audit_ids: makes an ``auditId`` when the binding carries none.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        vault: KeyVault,
+        policy: Policy,
+        clock: Clock,
+        ranker: Ranker | None = None,
+        audit_ids: Callable[[], str] = _default_audit_id,
+    ) -> None:
+        self.store = store
+        self.vault = vault
+        self.policy = policy
+        self.clock = clock
+        self.ranker: Ranker = ranker if ranker is not None else LexicalRanker()
+        self._audit_ids = audit_ids
+        self._write = WritePath(store=store, vault=vault, policy=policy, clock=clock)
+        self._read = ReadPath(store=store, vault=vault, policy=policy, clock=clock, ranker=self.ranker)
+
+    # ------------------------------------------------------------------ host checks
+
+    def granted_tools(self, binding: HostBinding) -> frozenset[str]:
+        """The tools both the binding and the policy grant."""
+        return binding.tools & self.policy.granted_tools(binding) & frozenset(TOOL_NAMES)
+
+    def _guard(self, tool: str, binding: HostBinding) -> None:
+        if tool not in ARGS_BY_TOOL or tool not in self.granted_tools(binding):
+            raise ProtocolError.unknown_tool("tool unknown or not granted")
+        for name in ("tenant_id", "workspace_id", "principal", "purpose_ref"):
+            value = getattr(binding, name)
+            if not isinstance(value, str) or not value:
+                raise ProtocolError.untrusted_context(f"host binding lacks {name}")
+
+    @staticmethod
+    def _check_purpose(args: ToolArgs, binding: HostBinding) -> None:
+        if isinstance(args, CaptureArgs):
+            purpose = args.payload.purpose_ref
+        elif isinstance(args, SearchArgs | GetArgs):
+            purpose = args.purpose_ref
+        else:
+            return
+        if purpose != binding.purpose_ref:
+            raise ProtocolError.untrusted_context("purpose_ref differs from the bound purpose")
+
+    # ------------------------------------------------------------------ typed API
+
+    def search(self, binding: HostBinding, args: SearchArgs) -> SearchResult:
+        """Find current records of the bound scope, ranked, with citations and a rank receipt."""
+        self._guard(SEARCH, binding)
+        self._check_purpose(args, binding)
+        return self._read.search(binding, args)
+
+    def get(self, binding: HostBinding, args: GetArgs) -> GetResult:
+        """Read one current record of the bound scope, with a read receipt."""
+        self._guard(GET, binding)
+        self._check_purpose(args, binding)
+        return self._read.get(binding, args)
+
+    def capture(self, binding: HostBinding, args: CaptureArgs) -> CaptureResult:
+        """Submit cited material as an encrypted pending candidate."""
+        self._guard(CAPTURE, binding)
+        self._check_purpose(args, binding)
+        return self._write.capture(binding, args)
+
+    def request_admission(self, binding: HostBinding, args: RequestAdmissionArgs) -> RequestAdmissionResult:
+        """Ask the host's policy to decide a pending candidate."""
+        self._guard(ADMISSION, binding)
+        return self._write.request_admission(binding, args)
+
+    def withdraw(self, binding: HostBinding, args: WithdrawArgs) -> WithdrawResult:
+        """End a pending candidate and destroy its key (needs a host confirmation)."""
+        self._guard(WITHDRAW, binding)
+        return self._write.withdraw(binding, args)
+
+    def forget(self, binding: HostBinding, args: ForgetArgs) -> ForgetResult:
+        """Tombstone an admitted record, erase its body and purge it (needs a host confirmation)."""
+        self._guard(FORGET, binding)
+        return self._write.forget(binding, args)
+
+    # ------------------------------------------------------------------ JSON contract
+
+    def list_tools(self, binding: HostBinding) -> list[dict[str, Any]]:
+        """MCP descriptors of the tools this binding is granted, in contract order."""
+        from engram_memory.wire.descriptors import tool_descriptors  # noqa: PLC0415 - light import
+
+        granted = self.granted_tools(binding)
+        return tool_descriptors(name for name in TOOL_NAMES if name in granted)
+
+    def operation_digest(self, name: str, arguments: Any, binding: HostBinding) -> str:
+        """The digest a host shows a human before confirming a mutation.
+
+        Raises:
+            ProtocolError: -32602 for an unknown tool or one that is not a mutation.
+            EngramError: ``INVALID_SCHEMA`` / ``INVALID_DIGEST`` for invalid arguments.
+        """
+        if name not in _MUTATIONS:
+            raise ProtocolError.unknown_tool("not a mutating tool")
+        args = parse_args(ARGS_BY_TOOL[name], arguments)
+        return self._write.operation_digest(name, args, binding)
+
+    def call_tool(self, name: str, arguments: Any, binding: HostBinding) -> dict[str, Any]:
+        """Run one tool call from JSON arguments and return the contract envelope.
+
+        Raises:
+            ProtocolError: -32602 (unknown or ungranted tool) or -32603 (host context missing or
+                mismatched, purpose mismatch, confirmation reference missing). Every other outcome
+                is an envelope.
+        """
+        self._guard(name, binding)
+        audit_id = binding.audit_id or self._audit_ids()
+        try:
+            args = parse_args(ARGS_BY_TOOL[name], arguments)
+            self._check_purpose(args, binding)
+            result = self._dispatch(name, binding, args)
+        except EngramError as error:
+            return failure_envelope(error, audit_id)
+        except ProtocolError:
+            raise
+        except Exception as exc:  # an infrastructure failure is never an empty success
+            _log.exception("unexpected failure in %s", name)
+            code = ErrorCode.MUTATION_OUTCOME_UNKNOWN if name in _MUTATIONS else ErrorCode.CAPABILITY_UNAVAILABLE
+            return failure_envelope(EngramError(code, detail=type(exc).__name__), audit_id)
+        return success_envelope(result.to_json(), audit_id)
+
+    def _dispatch(
+        self, name: str, binding: HostBinding, args: ToolArgs
+    ) -> SearchResult | GetResult | CaptureResult | RequestAdmissionResult | WithdrawResult | ForgetResult:
+        if isinstance(args, SearchArgs):
+            return self._read.search(binding, args)
+        if isinstance(args, GetArgs):
+            return self._read.get(binding, args)
+        if isinstance(args, CaptureArgs):
+            return self._write.capture(binding, args)
+        if isinstance(args, RequestAdmissionArgs):
+            return self._write.request_admission(binding, args)
+        if isinstance(args, WithdrawArgs):
+            return self._write.withdraw(binding, args)
+        if isinstance(args, ForgetArgs):
+            return self._write.forget(binding, args)
+        raise ProtocolError.unknown_tool(name)  # pragma: no cover - parse_args guarantees a type

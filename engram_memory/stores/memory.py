@@ -1,0 +1,246 @@
+"""``InMemoryStore``: the reference Store, in process memory.
+
+One lock serialises writers and readers. A unit of work applies its writes directly and keeps an
+undo log; an exception inside the ``with`` block replays the log backwards, so a failed unit
+leaves no trace. Everything is partitioned by scope key.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import attrs
+
+from engram_memory.errors import StoreConflictError
+from engram_memory.ports import (
+    FIELDS,
+    CandidateRow,
+    IdempotencyRow,
+    IndexedDocument,
+    IndexStats,
+    JournalEvent,
+    Posting,
+    RecordRow,
+)
+
+__all__ = ["InMemoryStore"]
+
+
+@attrs.define
+class _Partition:
+    events: list[JournalEvent] = attrs.Factory(list)
+    idempotency: dict[tuple[str, str], IdempotencyRow] = attrs.Factory(dict)
+    candidates: dict[str, CandidateRow] = attrs.Factory(dict)
+    records: dict[str, RecordRow] = attrs.Factory(dict)
+    tombstones: set[str] = attrs.Factory(set)
+    confirmations: set[str] = attrs.Factory(set)
+    documents: dict[str, IndexedDocument] = attrs.Factory(dict)
+    postings: dict[str, dict[str, IndexedDocument]] = attrs.Factory(dict)
+    total_lengths: list[int] = attrs.Factory(lambda: [0] * len(FIELDS))
+    doomed: set[str] = attrs.Factory(set)
+
+
+class _View:
+    """Read access to one partition (the caller holds the store lock)."""
+
+    def __init__(self, partition: _Partition) -> None:
+        self._p = partition
+
+    def high_water(self) -> int:
+        return self._p.events[-1].cursor if self._p.events else 0
+
+    def last_event_digest(self) -> str | None:
+        return self._p.events[-1].event_digest if self._p.events else None
+
+    def events(self, after: int = 0) -> Iterator[JournalEvent]:
+        # cursors are dense from 1, so the list index of cursor c is c - 1
+        yield from list(self._p.events[max(after, 0) :])
+
+    def idempotency(self, principal: str, key: str) -> IdempotencyRow | None:
+        return self._p.idempotency.get((principal, key))
+
+    def candidate(self, candidate_id: str) -> CandidateRow | None:
+        return self._p.candidates.get(candidate_id)
+
+    def record(self, record_id: str) -> RecordRow | None:
+        return self._p.records.get(record_id)
+
+    def candidates(self) -> Iterator[CandidateRow]:
+        yield from (self._p.candidates[k] for k in sorted(self._p.candidates))
+
+    def records(self) -> Iterator[RecordRow]:
+        yield from (self._p.records[k] for k in sorted(self._p.records))
+
+    def is_tombstoned_payload(self, payload_digest: str) -> bool:
+        return payload_digest in self._p.tombstones
+
+    def confirmation_used(self, confirmation_id: str) -> bool:
+        return confirmation_id in self._p.confirmations
+
+    def index_stats(self) -> IndexStats:
+        return IndexStats(documents=len(self._p.documents), total_lengths=tuple(self._p.total_lengths))
+
+    def postings(self, term: str) -> Sequence[Posting]:
+        docs = self._p.postings.get(term, {})
+        return [
+            Posting(
+                record_id=rid,
+                frequencies=docs[rid].terms[term],
+                lengths=docs[rid].lengths,
+                valid_from=docs[rid].valid_from,
+                valid_to=docs[rid].valid_to,
+                expires_at_ms=docs[rid].expires_at_ms,
+            )
+            for rid in sorted(docs)
+        ]
+
+    def indexed_ids(self) -> Iterator[str]:
+        yield from sorted(self._p.documents)
+
+    def doomed_keys(self) -> list[str]:
+        return sorted(self._p.doomed)
+
+
+class _Unit(_View):
+    """A unit of work with an undo log."""
+
+    def __init__(self, partition: _Partition) -> None:
+        super().__init__(partition)
+        self.undo: list[Callable[[], None]] = []
+
+    def _set(self, table: dict[str, CandidateRow] | dict[str, RecordRow], key: str, row: object) -> None:
+        missing = key not in table
+        old = table.get(key)
+
+        def revert() -> None:
+            if missing:
+                table.pop(key, None)
+            else:
+                table[key] = old  # type: ignore[assignment]
+
+        self.undo.append(revert)
+        table[key] = row  # type: ignore[assignment]
+
+    def _add(self, members: set[str], item: str) -> None:
+        if item not in members:
+            members.add(item)
+            self.undo.append(lambda: members.discard(item))
+
+    def append_event(self, event: JournalEvent) -> None:
+        if event.cursor != self.high_water() + 1:
+            raise StoreConflictError("journal cursor is not the next one")
+        self._p.events.append(event)
+        self.undo.append(self._p.events.pop)
+
+    def put_idempotency(self, principal: str, key: str, row: IdempotencyRow) -> None:
+        pair = (principal, key)
+        if pair in self._p.idempotency:
+            raise StoreConflictError("idempotency key already bound")
+        self._p.idempotency[pair] = row
+        self.undo.append(lambda: self._p.idempotency.pop(pair, None))
+
+    def put_candidate(self, row: CandidateRow) -> None:
+        self._set(self._p.candidates, row.candidate_id, row)
+
+    def put_record(self, row: RecordRow) -> None:
+        self._set(self._p.records, row.record_id, row)
+
+    def add_tombstone(self, payload_digest: str) -> None:
+        self._add(self._p.tombstones, payload_digest)
+
+    def consume_confirmation(self, confirmation_id: str) -> None:
+        if confirmation_id in self._p.confirmations:
+            raise StoreConflictError("confirmation already consumed")
+        self._add(self._p.confirmations, confirmation_id)
+
+    def index_document(self, document: IndexedDocument) -> None:
+        self.unindex(document.record_id)
+        self._apply_document(document, +1)
+        self.undo.append(lambda: self._apply_document(document, -1))
+
+    def unindex(self, record_id: str) -> None:
+        document = self._p.documents.get(record_id)
+        if document is None:
+            return
+        self._apply_document(document, -1)
+        self.undo.append(lambda: self._apply_document(document, +1))
+
+    def _apply_document(self, document: IndexedDocument, sign: int) -> None:
+        rid = document.record_id
+        for position, length in enumerate(document.lengths):
+            self._p.total_lengths[position] += sign * length
+        if sign > 0:
+            self._p.documents[rid] = document
+            for term in document.terms:
+                self._p.postings.setdefault(term, {})[rid] = document
+            return
+        del self._p.documents[rid]
+        for term in document.terms:
+            bucket = self._p.postings[term]
+            del bucket[rid]
+            if not bucket:
+                del self._p.postings[term]
+
+    def doom_key(self, key_ref: str) -> None:
+        self._add(self._p.doomed, key_ref)
+
+    def clear_doomed_key(self, key_ref: str) -> None:
+        if key_ref in self._p.doomed:
+            self._p.doomed.discard(key_ref)
+            self.undo.append(lambda: self._p.doomed.add(key_ref))
+
+
+class InMemoryStore:
+    """The in-memory reference :class:`~engram_memory.ports.Store`.
+
+    Thread-safe (one re-entrant lock); state lives as long as the object. ``secret`` may be given
+    to make page cursors stable across instances (tests); otherwise it is random.
+    """
+
+    def __init__(self, *, secret: bytes | None = None) -> None:
+        self._lock = threading.RLock()
+        self._partitions: dict[str, _Partition] = {}
+        self._secret = secret if secret is not None else secrets.token_bytes(32)
+
+    def _partition(self, scope: str) -> _Partition:
+        partition = self._partitions.get(scope)
+        if partition is None:
+            partition = self._partitions[scope] = _Partition()
+        return partition
+
+    @contextmanager
+    def read(self, scope: str) -> Iterator[_View]:
+        """A read view of ``scope`` (holds the store lock for its duration)."""
+        with self._lock:
+            yield _View(self._partitions.get(scope) or _Partition())
+
+    @contextmanager
+    def write(self, scope: str) -> Iterator[_Unit]:
+        """A unit of work on ``scope``; an exception rolls back every write of the unit."""
+        with self._lock:
+            unit = _Unit(self._partition(scope))
+            try:
+                yield unit
+            except BaseException:
+                for revert in reversed(unit.undo):
+                    revert()
+                raise
+
+    def scopes(self) -> list[str]:
+        """Scopes with at least one journal event."""
+        with self._lock:
+            return sorted(s for s, p in self._partitions.items() if p.events)
+
+    def secret(self) -> bytes:
+        """The per-store MAC secret."""
+        return self._secret
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def raw_partition(self, scope: str) -> _Partition:
+        """The live partition of ``scope``, for tests that scan everything the store holds."""
+        return self._partition(scope)

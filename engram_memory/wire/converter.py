@@ -1,0 +1,306 @@
+"""The one strict cattrs converter, and the JSON-level parser built on it.
+
+:func:`make_converter` builds a fresh converter (never cattrs' global one) that:
+
+* forbids extra keys on every object, nested ones included;
+* checks exact JSON types: ``"10"`` and ``true`` are not integers, ``1`` is not a string; an
+  integral number written ``10.0`` *is* the integer 10 (JSON has one number type, and RFC 8785
+  writes both as ``10``), but ``-0`` is refused;
+* lets optional fields be absent but never ``null``;
+* requires arrays for sequences and objects for nested classes;
+* unstructures with optional fields omitted when absent, defaults filled in.
+
+:func:`parse_args` adds the 1,048,576-byte cap and turns every cattrs failure into one
+:class:`~engram_memory.errors.EngramError` with the JSON pointer of the first offending field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal, TypeVar
+
+import attrs
+import cattrs
+from cattrs.errors import AttributeValidationNote, ForbiddenExtraKeysError, IterableValidationNote
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from engram_memory.canonical import CanonicalError, canonical_bytes
+from engram_memory.errors import EngramError, ErrorCode
+from engram_memory.wire import args as a
+from engram_memory.wire.limits import MAX_ARGUMENT_BYTES
+
+__all__ = [
+    "ARGS_BY_TOOL",
+    "TOOL_NAMES",
+    "ToolArgs",
+    "make_converter",
+    "parse_args",
+    "parse_json",
+    "unstructure_args",
+]
+
+T = TypeVar("T")
+
+ToolArgs = a.SearchArgs | a.GetArgs | a.CaptureArgs | a.RequestAdmissionArgs | a.WithdrawArgs | a.ForgetArgs
+
+ARGS_BY_TOOL: Final[Mapping[str, type[Any]]] = types.MappingProxyType(
+    {
+        "engram_memory_search": a.SearchArgs,
+        "engram_memory_get": a.GetArgs,
+        "engram_memory_capture": a.CaptureArgs,
+        "engram_memory_request_admission": a.RequestAdmissionArgs,
+        "engram_memory_withdraw": a.WithdrawArgs,
+        "engram_memory_forget": a.ForgetArgs,
+    }
+)
+"""The six tools, in contract order, and their typed argument classes."""
+
+TOOL_NAMES: Final = tuple(ARGS_BY_TOOL)
+
+
+class _WireTypeError(TypeError):
+    """A JSON value of the wrong type (the message names the expected JSON type)."""
+
+
+def _exact_str(value: Any, _: type) -> str:
+    if type(value) is not str:
+        raise _WireTypeError("expected a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _WireTypeError("lone surrogate in string") from exc
+    return value
+
+
+def _exact_int(value: Any, _: type) -> int:
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer() and math.copysign(1.0, value) > 0:
+        return int(value)
+    if type(value) is float and value == 0:
+        raise _WireTypeError("negative zero is not an integer")
+    raise _WireTypeError("expected an integer")
+
+
+def _exact_bool(value: Any, _: type) -> bool:
+    if type(value) is not bool:
+        raise _WireTypeError("expected a boolean")
+    return value
+
+
+def _exact_float(value: Any, _: type) -> float:
+    if type(value) not in (int, float):
+        raise _WireTypeError("expected a number")
+    return float(value)
+
+
+def _is_optional(tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    return origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
+
+
+def _is_literal(tp: Any) -> bool:
+    return typing.get_origin(tp) is Literal
+
+
+def _is_homogeneous_tuple(tp: Any) -> bool:
+    targs = typing.get_args(tp)
+    return typing.get_origin(tp) is tuple and len(targs) == 2 and targs[1] is Ellipsis  # noqa: PLR2004
+
+
+def make_converter() -> cattrs.Converter:
+    """Build the strict converter used for every tool argument and result.
+
+    A fresh instance each call; register nothing on it after the first ``structure`` (generated
+    hooks are cached).
+    """
+    conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    conv.register_structure_hook(str, _exact_str)
+    conv.register_structure_hook(int, _exact_int)
+    conv.register_structure_hook(bool, _exact_bool)
+    conv.register_structure_hook(float, _exact_float)
+
+    def never_null(tp: Any) -> Callable[[Any, Any], Any]:
+        (inner,) = (t for t in typing.get_args(tp) if t is not type(None))
+
+        def hook(value: Any, _: Any) -> Any:
+            if value is None:
+                raise _WireTypeError("null is not allowed; omit the field instead")
+            return conv.structure(value, inner)
+
+        return hook
+
+    def literal(tp: Any) -> Callable[[Any, Any], Any]:
+        allowed = typing.get_args(tp)
+
+        def hook(value: Any, _: Any) -> Any:
+            for option in allowed:
+                if isinstance(option, str) and type(value) is str and value == option:
+                    return option
+                if type(option) is int and type(value) in (int, float) and value == option:
+                    return _exact_int(value, int)
+            raise _WireTypeError("value is not one of the allowed constants")
+
+        return hook
+
+    def strict_tuple(tp: Any) -> Callable[[Any, Any], Any]:
+        (item_type, _) = typing.get_args(tp)
+
+        def hook(value: Any, _: Any) -> Any:
+            if type(value) is not list:
+                raise _WireTypeError("expected an array")
+            items: list[Any] = []
+            errors: list[Exception] = []
+            for index, item in enumerate(value):
+                try:
+                    items.append(conv.structure(item, item_type))
+                except Exception as exc:  # noqa: BLE001 - collected into the group below
+                    exc.__notes__ = [
+                        *getattr(exc, "__notes__", []),
+                        IterableValidationNote(f"@ index {index}", index, item_type),
+                    ]
+                    errors.append(exc)
+            if errors:
+                raise cattrs.IterableValidationError("array items invalid", errors, tp)
+            return tuple(items)
+
+        return hook
+
+    def strict_class(cl: type) -> Callable[[Any, Any], Any]:
+        generated = make_dict_structure_fn(cl, conv)
+
+        def hook(value: Any, _: Any) -> Any:
+            if type(value) is not dict:
+                raise _WireTypeError("expected an object")
+            return generated(value, cl)
+
+        return hook
+
+    def omit_absent(cl: type) -> Callable[[Any], dict[str, Any]]:
+        overrides = {field.name: override(omit_if_default=True) for field in attrs.fields(cl) if field.default is None}
+        return make_dict_unstructure_fn(cl, conv, **overrides)
+
+    conv.register_structure_hook_factory(_is_optional, never_null)
+    conv.register_structure_hook_factory(_is_literal, literal)
+    conv.register_structure_hook_factory(_is_homogeneous_tuple, strict_tuple)
+    conv.register_structure_hook_factory(attrs.has, strict_class)
+    conv.register_unstructure_hook_factory(attrs.has, omit_absent)
+    return conv
+
+
+_CONVERTER: Final = make_converter()
+
+
+def _escape(segment: str) -> str:
+    return segment.replace("~", "~0").replace("/", "~1")
+
+
+def _locate(exc: BaseException, path: tuple[str, ...] = ()) -> tuple[BaseException, str]:
+    """Find the first leaf failure of a cattrs exception group and its JSON pointer."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [_locate(sub, path + _segment(sub)) for sub in exc.exceptions]
+        for leaf, pointer in leaves:
+            if not (isinstance(leaf, EngramError) and leaf.code is ErrorCode.INVALID_DIGEST):
+                return leaf, pointer
+        return leaves[0]
+    if isinstance(exc, ForbiddenExtraKeysError):
+        extra = sorted(exc.extra_fields)[0]
+        return exc, "".join("/" + _escape(p) for p in (*path, extra))
+    base = "".join("/" + _escape(p) for p in path)
+    if isinstance(exc, EngramError) and exc.pointer:
+        return exc, base + exc.pointer
+    return exc, base
+
+
+def _segment(exc: BaseException) -> tuple[str, ...]:
+    for note in getattr(exc, "__notes__", ()):
+        if isinstance(note, AttributeValidationNote):
+            return (note.name,)
+        if isinstance(note, IterableValidationNote):
+            return (str(note.index),)
+    return ()
+
+
+def _arguments_too_large(raw: Any) -> bool:
+    try:
+        size = len(canonical_bytes(raw))
+    except CanonicalError:
+        return False  # structuring reports the precise problem
+    return size > MAX_ARGUMENT_BYTES
+
+
+def parse_args(cls: type[T], raw: Any) -> T:
+    """Structure JSON arguments (already parsed) into ``cls`` with the strict converter.
+
+    Raises:
+        EngramError: ``INVALID_SCHEMA`` (or ``INVALID_DIGEST`` when the only problem is a
+            malformed digest) with ``pointer`` set to the first offending field; the serialised
+            arguments over 1,048,576 UTF-8 bytes are ``INVALID_SCHEMA`` at the root.
+    """
+    if type(raw) is not dict:
+        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="arguments must be an object")
+    if _arguments_too_large(raw):
+        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="arguments over 1 MiB")
+    try:
+        return _CONVERTER.structure(raw, cls)
+    except EngramError as exc:
+        raise EngramError(exc.code, pointer=exc.pointer, detail=str(exc)) from exc
+    except (cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
+        leaf, pointer = _locate(exc)
+        if isinstance(leaf, EngramError):
+            raise EngramError(leaf.code, pointer=pointer, detail="; ".join(getattr(leaf, "__notes__", []))) from exc
+        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer=pointer, detail=f"{type(leaf).__name__}: {leaf}") from exc
+
+
+def unstructure_args(value: ToolArgs) -> dict[str, Any]:
+    """The JSON form of typed arguments: absent optionals omitted, defaults filled in."""
+    out: dict[str, Any] = _CONVERTER.unstructure(value)
+    return out
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="duplicate object key")
+        out[key] = value
+    return out
+
+
+def _reject_constant(_: str) -> Any:
+    raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="NaN and Infinity are not JSON")
+
+
+def _parse_int(text: str) -> int:
+    if text == "-0":
+        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="negative zero")
+    return int(text)
+
+
+def parse_json(data: bytes | str) -> Any:
+    """Parse raw JSON the way the contract needs, for hosts that own the request bytes.
+
+    Rejects duplicate keys (which ``json.loads`` silently collapses), ``NaN``/``Infinity``,
+    ``-0``, and input over 1,048,576 UTF-8 bytes. Once an SDK has parsed the bytes, duplicates can
+    no longer be detected.
+
+    Raises:
+        EngramError: ``INVALID_SCHEMA`` at the root.
+    """
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if len(raw) > MAX_ARGUMENT_BYTES:
+        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="arguments over 1 MiB")
+    try:
+        text = raw.decode("utf-8")
+        return json.loads(
+            text,
+            object_pairs_hook=_reject_duplicates,
+            parse_constant=_reject_constant,
+            parse_int=_parse_int,
+        )
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="not valid JSON") from exc

@@ -1,0 +1,161 @@
+"""Bounds of the founding contract and the attrs validators that enforce them.
+
+Every validator raises :class:`~engram_memory.errors.EngramError` with a JSON pointer relative to
+the object being built (``/field``); the wire parser prefixes the path of the enclosing objects.
+Byte bounds are UTF-8 bytes, never characters.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import attrs
+
+from engram_memory.canonical import MAX_SAFE_INTEGER, is_digest, is_instant, nfc
+from engram_memory.errors import EngramError, ErrorCode
+
+__all__ = [
+    "ATTESTATION_MAX_BYTES",
+    "COMPONENTS_MAX",
+    "FAMILY_REFS_MAX",
+    "IDEMPOTENCY_KEY_BYTES",
+    "LIMIT_DEFAULT",
+    "LIMIT_RANGE",
+    "LIST_MAX",
+    "MAX_ARGUMENT_BYTES",
+    "OPAQUE_BYTES",
+    "PACKET_BYTES_DEFAULT",
+    "PACKET_BYTES_RANGE",
+    "QUERY_BYTES",
+    "RECORD_ID_PATTERN",
+    "TEXT_BYTES",
+    "digest_field",
+    "free_text",
+    "idempotency_key",
+    "instant",
+    "int_range",
+    "list_len",
+    "opaque_ref",
+    "record_id",
+    "safe_int",
+    "sorted_unique",
+    "unique_items",
+    "verbatim_ref",
+]
+
+MAX_ARGUMENT_BYTES: Final = 1_048_576
+"""The serialised argument object, in UTF-8 bytes."""
+OPAQUE_BYTES: Final = (1, 512)
+IDEMPOTENCY_KEY_BYTES: Final = (16, 256)
+TEXT_BYTES: Final = (1, 65_536)
+QUERY_BYTES: Final = (1, 8_192)
+ATTESTATION_MAX_BYTES: Final = 4_096
+LIMIT_RANGE: Final = (1, 50)
+LIMIT_DEFAULT: Final = 10
+PACKET_BYTES_RANGE: Final = (4_096, 1_048_576)
+PACKET_BYTES_DEFAULT: Final = 65_536
+COMPONENTS_MAX: Final = 64
+LIST_MAX: Final = 256
+"""Citations per payload, citation ids per component and per evidence bundle."""
+FAMILY_REFS_MAX: Final = 64
+RECORD_ID_PATTERN: Final = r"^mem_[a-z2-7]+$"
+_RECORD_ID_RE: Final = re.compile(RECORD_ID_PATTERN)
+
+Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
+
+
+def _fail(attribute: attrs.Attribute[Any], detail: str, code: ErrorCode = ErrorCode.INVALID_SCHEMA) -> EngramError:
+    return EngramError(code, pointer="/" + attribute.name, detail=detail)
+
+
+def _utf8_len(value: str) -> int:
+    return len(value.encode("utf-8"))
+
+
+def _byte_bounds(low: int, high: int, *, require_nfc: bool) -> Validator:
+    def check(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is None:
+            return
+        if require_nfc and nfc(value) != value:
+            raise _fail(attribute, "string is not NFC")
+        size = _utf8_len(value if require_nfc else nfc(value))
+        if not low <= size <= high:
+            raise _fail(attribute, f"string is {size} UTF-8 bytes, allowed {low}..{high}")
+
+    return check
+
+
+opaque_ref: Final = _byte_bounds(*OPAQUE_BYTES, require_nfc=True)
+"""An opaque ref: already NFC, 1..512 UTF-8 bytes."""
+idempotency_key: Final = _byte_bounds(*IDEMPOTENCY_KEY_BYTES, require_nfc=True)
+"""An idempotency key: already NFC, 16..256 UTF-8 bytes."""
+
+
+def verbatim_ref(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """A value copied exactly as returned (candidate_id, page_cursor): 1..512 UTF-8 bytes."""
+    if value is not None and not OPAQUE_BYTES[0] <= _utf8_len(value) <= OPAQUE_BYTES[1]:
+        raise _fail(attribute, "copied value has an impossible length")
+
+
+def free_text(low: int, high: int) -> Validator:
+    """Free text (query, component text): NFC-normalised, then ``low..high`` UTF-8 bytes."""
+    return _byte_bounds(low, high, require_nfc=False)
+
+
+def record_id(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """A record id as returned: ``^mem_[a-z2-7]+$``, at most 512 bytes."""
+    if _RECORD_ID_RE.fullmatch(value) is None or len(value) > OPAQUE_BYTES[1]:
+        raise _fail(attribute, "record_id does not match ^mem_[a-z2-7]+$")
+
+
+def digest_field(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """``sha256:`` + 64 lower-case hex digits, else ``INVALID_DIGEST``."""
+    if not is_digest(value):
+        raise _fail(attribute, "malformed digest", ErrorCode.INVALID_DIGEST)
+
+
+def instant(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """A canonical ``YYYY-MM-DDTHH:mm:ss.sssZ`` instant that round-trips exactly."""
+    if value is not None and not is_instant(value):
+        raise _fail(attribute, "not a canonical instant")
+
+
+def safe_int(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """An integer within ±(2**53 − 1)."""
+    if value is not None and abs(value) > MAX_SAFE_INTEGER:
+        raise _fail(attribute, "integer outside the safe range")
+
+
+def int_range(low: int, high: int) -> Validator:
+    """An integer within ``low..high``."""
+
+    def check(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not low <= value <= high:
+            raise _fail(attribute, f"integer outside {low}..{high}")
+
+    return check
+
+
+def list_len(low: int, high: int) -> Validator:
+    """A list of ``low..high`` items."""
+
+    def check(_inst: Any, attribute: attrs.Attribute[Any], value: Sequence[Any]) -> None:
+        if not low <= len(value) <= high:
+            raise _fail(attribute, f"list has {len(value)} items, allowed {low}..{high}")
+
+    return check
+
+
+def unique_items(_inst: Any, attribute: attrs.Attribute[Any], value: Sequence[Any]) -> None:
+    """No item appears twice."""
+    if len(set(value)) != len(value):
+        raise _fail(attribute, "items are not unique")
+
+
+def sorted_unique(_inst: Any, attribute: attrs.Attribute[Any], value: Sequence[str]) -> None:
+    """Strictly ascending in UTF-16 code-unit order (the order JCS peers compare strings in)."""
+    keys = [item.encode("utf-16-be") for item in value]
+    if any(a >= b for a, b in zip(keys, keys[1:], strict=False)):
+        raise _fail(attribute, "items are not strictly ascending")

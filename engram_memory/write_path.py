@@ -1,0 +1,786 @@
+"""The four mutating operations: capture, request_admission, withdraw, forget.
+
+Each runs: idempotency lookup (a replay returns the original response) → confirmation gate →
+lifecycle checks (refusals write nothing) → one unit of work that appends the journal event,
+updates state and indexes, binds the idempotency key and consumes the confirmation → key
+destruction after commit. Keys are scoped to (scope, principal) across the four tools; the stored
+intent is the digest of (tool, canonical arguments).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, Final, TypeVar
+
+from engram_memory.canonical import (
+    CanonicalError,
+    Domain,
+    canonical_bytes,
+    digest,
+    epoch_ms,
+    format_cursor,
+    format_instant,
+    parse_instant,
+    receipt_digest,
+)
+from engram_memory.context import Confirmation, HostBinding
+from engram_memory.errors import (
+    EngramError,
+    ErrorCode,
+    KeyUnavailableError,
+    ProtocolError,
+    SealIntegrityError,
+    StoreConflictError,
+    StoreOutcomeUnknownError,
+    StoreUnavailableError,
+)
+from engram_memory.journal import build_event
+from engram_memory.ports import (
+    AdmissionRequest,
+    CandidateRow,
+    Clock,
+    IdempotencyRow,
+    IndexedDocument,
+    KeyVault,
+    Policy,
+    RecordRow,
+    Store,
+    StoreReader,
+    UnitOfWork,
+)
+from engram_memory.ranking.tokenizer import term_frequencies
+from engram_memory.records import (
+    authorization_receipt,
+    build_record,
+    candidate_context,
+    candidate_id_for,
+    complete_payload,
+    record_context,
+    transaction_receipt,
+    trust_binding,
+)
+from engram_memory.results import (
+    AdmissionOutcome,
+    CaptureResult,
+    ForgetResult,
+    LifecycleReceipt,
+    RequestAdmissionResult,
+    WithdrawResult,
+    from_json,
+)
+from engram_memory.wire.args import CaptureArgs, ForgetArgs, RequestAdmissionArgs, WithdrawArgs
+from engram_memory.wire.converter import unstructure_args
+
+__all__ = ["CONFIRMATION_MAX_AGE", "CONFIRMATION_TTL", "DECISION_MAX_AGE", "WritePath", "operation_target"]
+
+_log = logging.getLogger("engram_memory")
+_T = TypeVar("_T")
+
+CONFIRMATION_TTL: Final = timedelta(seconds=300)
+"""The longest allowed gap between a confirmation's request and its approval."""
+CONFIRMATION_MAX_AGE: Final = timedelta(seconds=30)
+"""A confirmed call must run within this long after approval."""
+DECISION_MAX_AGE: Final = timedelta(seconds=300)
+"""An admission decision older than this is ``POLICY_STALE``."""
+_COMMIT_ATTEMPTS: Final = 3
+
+CAPTURE = "engram_memory_capture"
+ADMISSION = "engram_memory_request_admission"
+WITHDRAW = "engram_memory_withdraw"
+FORGET = "engram_memory_forget"
+
+Mutation = CaptureArgs | RequestAdmissionArgs | WithdrawArgs | ForgetArgs
+
+
+def operation_target(args: Mutation) -> str:
+    """The target a confirmation names: the candidate, the record, or (capture) the key."""
+    if isinstance(args, RequestAdmissionArgs | WithdrawArgs):
+        return args.candidate_id
+    if isinstance(args, ForgetArgs):
+        return args.record_id
+    return args.idempotency_key
+
+
+def _not_found() -> EngramError:
+    return EngramError(ErrorCode.NOT_FOUND)
+
+
+class WritePath:
+    """Implements the mutations over the ports; held by :class:`engram_memory.MemoryService`."""
+
+    def __init__(self, *, store: Store, vault: KeyVault, policy: Policy, clock: Clock) -> None:
+        self._store = store
+        self._vault = vault
+        self._policy = policy
+        self._clock = clock
+
+    # ------------------------------------------------------------------ shared machinery
+
+    def operation_digest(self, tool: str, args: Mutation, binding: HostBinding) -> str:
+        """The digest a human confirms: tool, scope, principal, target and canonical arguments."""
+        return digest(
+            Domain.OPERATION,
+            {
+                "tool": tool,
+                "scope_ref": binding.scope,
+                "principal": binding.principal,
+                "target": operation_target(args),
+                "arguments": unstructure_args(args),
+            },
+        )
+
+    def _intent(self, tool: str, args: Mutation) -> str:
+        return digest(Domain.IDEMPOTENCY_INTENT, {"tool": tool, "arguments": unstructure_args(args)})
+
+    def _now(self, binding: HostBinding) -> datetime:
+        now = self._clock.now()
+        if binding.deadline is not None and now >= binding.deadline:
+            raise EngramError(ErrorCode.DEADLINE_EXCEEDED)
+        return now
+
+    def _replay(self, binding: HostBinding, tool: str, args: Mutation) -> dict[str, Any] | None:
+        """The original response for a replayed key, ``None`` for a fresh key.
+
+        Raises:
+            EngramError: ``DIGEST_CONFLICT`` when the key is bound to another intent.
+        """
+        with self._read(binding.scope) as reader:
+            row = reader.idempotency(binding.principal, args.idempotency_key)
+        return self._check_replay(row, self._intent(tool, args))
+
+    @staticmethod
+    def _check_replay(row: IdempotencyRow | None, intent: str) -> dict[str, Any] | None:
+        if row is None:
+            return None
+        if row.intent_digest != intent:
+            raise EngramError(ErrorCode.DIGEST_CONFLICT, detail="key bound to another intent")
+        value: dict[str, Any] = json.loads(row.response)
+        return value
+
+    def _gate(self, tool: str, args: Mutation, binding: HostBinding, now: datetime) -> Confirmation | None:
+        required = tool in {WITHDRAW, FORGET} or self._policy.requires_confirmation(tool, binding)
+        if not required:
+            return None
+        confirmation = binding.confirmation
+        if confirmation is None:
+            raise ProtocolError.untrusted_context("confirmation reference missing")
+        approval_wait = confirmation.approved_at - confirmation.requested_at
+        since_approval = now - confirmation.approved_at
+        if (
+            confirmation.tool != tool
+            or confirmation.target != operation_target(args)
+            or confirmation.operation_digest != self.operation_digest(tool, args, binding)
+            or not timedelta(0) <= approval_wait <= CONFIRMATION_TTL
+            or not timedelta(0) <= since_approval <= CONFIRMATION_MAX_AGE
+        ):
+            raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation does not match the call")
+        with self._read(binding.scope) as reader:
+            if reader.confirmation_used(confirmation.id):
+                raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation already used")
+        return confirmation
+
+    @contextmanager
+    def _read(self, scope: str) -> Iterator[StoreReader]:
+        try:
+            with self._store.read(scope) as reader:
+                yield reader
+        except StoreUnavailableError as exc:
+            raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=str(exc)) from exc
+
+    def _commit(self, scope: str, work: Callable[[UnitOfWork], _T]) -> _T:
+        """Run ``work`` in one unit of work, re-running it after a lost race; map port errors."""
+        for attempt in range(_COMMIT_ATTEMPTS):
+            try:
+                with self._store.write(scope) as unit:
+                    return work(unit)
+            except StoreConflictError as exc:
+                if attempt == _COMMIT_ATTEMPTS - 1:
+                    raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=str(exc)) from exc
+            except StoreOutcomeUnknownError as exc:
+                raise EngramError(ErrorCode.MUTATION_OUTCOME_UNKNOWN, detail=str(exc)) from exc
+            except StoreUnavailableError as exc:
+                raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=str(exc)) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _commit_mutation(
+        self,
+        binding: HostBinding,
+        key: str | None,
+        intent: str | None,
+        confirmation: Confirmation | None,
+        body: Callable[[UnitOfWork], dict[str, Any]],
+    ) -> tuple[dict[str, Any], bool]:
+        """Run ``body`` in one unit of work that also binds the key and consumes the confirmation.
+
+        Returns ``(value, replayed)``: if a concurrent writer bound the same key and intent first,
+        its response is returned with nothing written.
+        """
+
+        def work(unit: UnitOfWork) -> tuple[dict[str, Any], bool]:
+            if key is not None and intent is not None:
+                existing = self._check_replay(unit.idempotency(binding.principal, key), intent)
+                if existing is not None:
+                    return existing, True
+            value = body(unit)
+            self._consume(unit, confirmation)
+            if key is not None and intent is not None:
+                row = IdempotencyRow(intent_digest=intent, response=canonical_bytes(value))
+                unit.put_idempotency(binding.principal, key, row)
+            return value, False
+
+        return self._commit(binding.scope, work)
+
+    def _consume(self, unit: UnitOfWork, confirmation: Confirmation | None) -> None:
+        if confirmation is None:
+            return
+        if unit.confirmation_used(confirmation.id):
+            raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation already used")
+        unit.consume_confirmation(confirmation.id)
+
+    def _authorization(self, tool: str, binding: HostBinding, target: str, now: datetime) -> str:
+        return authorization_receipt(
+            tool=tool,
+            scope=binding.scope,
+            principal=binding.principal,
+            agent_id=binding.agent_id,
+            session=binding.session,
+            purpose_ref=binding.purpose_ref,
+            target=target,
+            policy_id=self._policy.policy_id,
+            policy_version=self._policy.policy_version,
+            checked_at=format_instant(now),
+        )
+
+    def destroy_keys(self, scope: str, key_refs: list[str]) -> None:
+        """Destroy committed-doomed keys and clear them from the store (best effort, logged)."""
+        for key_ref in key_refs:
+            try:
+                self._vault.destroy(key_ref)
+                with self._store.write(scope) as unit:
+                    unit.clear_doomed_key(key_ref)
+            except Exception:
+                _log.exception("key destruction deferred; MemoryAdmin.reap_keys will retry")
+
+    @property
+    def _destruction(self) -> str:
+        return "complete" if self._vault.destroys_synchronously else "pending"
+
+    # ------------------------------------------------------------------ capture
+
+    def capture(self, binding: HostBinding, args: CaptureArgs) -> CaptureResult:
+        """Seal cited material as a pending candidate (see the contract for every rule)."""
+        if args.payload.purpose_ref != binding.purpose_ref:
+            raise ProtocolError.untrusted_context("payload purpose differs from the bound purpose")
+        now = self._now(binding)
+        replay = self._replay(binding, CAPTURE, args)
+        if replay is not None:
+            return from_json(CaptureResult, {**replay, "status": "duplicate_exact"})
+        confirmation = self._gate(CAPTURE, args, binding, now)
+        self._check_capture_policy(binding, args, now)
+        intent = self._intent(CAPTURE, args)
+        raw = unstructure_args(args)
+        completed = complete_payload(raw["payload"], binding.scope)
+        payload_digest = digest(Domain.PAYLOAD, completed)
+        candidate_id = candidate_id_for(binding.scope, binding.principal, args.idempotency_key)
+        recorded_at = format_instant(now)
+        authorization = self._authorization(CAPTURE, binding, candidate_id, now)
+        trust = trust_binding(
+            trust_class=self._policy.trust_class(binding),
+            evidence_digest=args.evidence.evidence_digest,
+            policy_id=self._policy.policy_id,
+            policy_version=self._policy.policy_version,
+            issued_at=recorded_at,
+            payload_digest=payload_digest,
+        )
+
+        def work(unit: UnitOfWork) -> dict[str, Any]:
+            if unit.candidate(candidate_id) is not None:
+                raise EngramError(ErrorCode.DIGEST_CONFLICT, detail="candidate identity exists")
+            cursor = format_cursor(unit.high_water() + 1)
+            record = build_record(
+                completed=completed,
+                payload_digest=payload_digest,
+                recorded_at=recorded_at,
+                recorded_cursor=cursor,
+                authorization_receipt_digest=authorization,
+                trust=trust,
+            )
+            envelope = {
+                "schema_version": 1,
+                "payload": completed,
+                "evidence": raw["evidence"],
+                "authorization_receipt_digest": authorization,
+                "trust": trust,
+                "recorded_at": recorded_at,
+                "recorded_cursor": cursor,
+            }
+            sealed = self._vault.seal(candidate_context(binding.scope, candidate_id), canonical_bytes(envelope))
+            event, body = build_event(
+                unit,
+                recorded_at=recorded_at,
+                operation="capture",
+                candidate_id=candidate_id,
+                to_state="pending",
+                record_digest=record["record_digest"],
+                authorization_receipt_digest=authorization,
+            )
+            unit.append_event(event)
+            unit.put_candidate(
+                CandidateRow(
+                    candidate_id=candidate_id,
+                    state="pending",
+                    created_cursor=event.cursor,
+                    record_digest=record["record_digest"],
+                    sealed=sealed,
+                    policy_id=self._policy.policy_id,
+                    policy_version=self._policy.policy_version,
+                )
+            )
+            value = CaptureResult(
+                status="committed_pending",
+                candidate_id=candidate_id,
+                record_digest=record["record_digest"],
+                cursor=cursor,
+                transaction_receipt_digest=transaction_receipt(
+                    operation="capture",
+                    scope=binding.scope,
+                    cursor=cursor,
+                    event_digest=body["event_digest"],
+                    committed_at=recorded_at,
+                    record_digest=record["record_digest"],
+                ),
+            ).to_json()
+            return value
+
+        value, replayed = self._commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
+        if replayed:
+            value = {**value, "status": "duplicate_exact"}
+        return from_json(CaptureResult, value)
+
+    def _check_capture_policy(self, binding: HostBinding, args: CaptureArgs, now: datetime) -> None:
+        constraints = self._policy.capture_constraints(binding)
+        retention = args.payload.retention
+        if retention is not None:
+            if retention.derivative_rule == "retain" and not constraints.allow_retain:
+                raise EngramError(ErrorCode.UNAUTHORIZED, detail="retain not allowed by host policy")
+            if retention.expires_at is not None:
+                expires = parse_instant(retention.expires_at)
+                if expires <= now:
+                    raise EngramError(
+                        ErrorCode.INVALID_SCHEMA,
+                        pointer="/payload/retention/expires_at",
+                        detail="expires_at is not after capture time",
+                    )
+                if constraints.max_retention is not None and expires - now > constraints.max_retention:
+                    raise EngramError(ErrorCode.UNAUTHORIZED, detail="expires_at beyond the host cap")
+        reconciliation = args.payload.reconciliation
+        if reconciliation is not None and not set(reconciliation.family_refs) <= constraints.family_refs:
+            raise EngramError(ErrorCode.UNAUTHORIZED, detail="reconciliation family without consent")
+
+    # ------------------------------------------------------------------ request_admission
+
+    def request_admission(self, binding: HostBinding, args: RequestAdmissionArgs) -> RequestAdmissionResult:
+        """Ask the policy to decide a pending candidate (see the contract for every rule)."""
+        now = self._now(binding)
+        replay = self._replay(binding, ADMISSION, args)
+        if replay is not None:
+            return from_json(RequestAdmissionResult, {**replay, "replayed": True})
+        confirmation = self._gate(ADMISSION, args, binding, now)
+        return self.decide_candidate(
+            binding=binding,
+            candidate_id=args.candidate_id,
+            now=now,
+            key=args.idempotency_key,
+            intent=self._intent(ADMISSION, args),
+            confirmation=confirmation,
+            decide=None,
+        )
+
+    def decide_candidate(
+        self,
+        *,
+        binding: HostBinding,
+        candidate_id: str,
+        now: datetime,
+        key: str | None,
+        intent: str | None,
+        confirmation: Confirmation | None,
+        decide: str | None,
+    ) -> RequestAdmissionResult:
+        """Decide a candidate through the policy (``decide=None``) or a host adjudication."""
+        scope = binding.scope
+        with self._read(scope) as reader:
+            row = reader.candidate(candidate_id)
+            tombstone_reader_match: Callable[[str], bool] = reader.is_tombstoned_payload
+            if row is None:
+                raise _not_found()
+            if row.state == "admitted" and row.outcome is not None:
+                return self._duplicate_admission(binding, row, key, intent)
+            if row.state != "pending":
+                raise EngramError(ErrorCode.ALREADY_TERMINAL)
+            opened = self._open_candidate(scope, row)
+            completed = opened["payload"]
+            payload_digest = digest(Domain.PAYLOAD, completed)
+            record = build_record(
+                completed=completed,
+                payload_digest=payload_digest,
+                recorded_at=opened["recorded_at"],
+                recorded_cursor=opened["recorded_cursor"],
+                authorization_receipt_digest=opened["authorization_receipt_digest"],
+                trust=opened["trust"],
+            )
+            if record["record_digest"] != row.record_digest:
+                raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="candidate does not re-derive")
+            forgotten = tombstone_reader_match(payload_digest)
+        if row.policy_id != self._policy.policy_id or row.policy_version != self._policy.policy_version:
+            raise EngramError(ErrorCode.POLICY_STALE, detail="candidate captured under another policy")
+        decision, decision_digest = self._decision(binding, row, record, opened, now, decide)
+        if decision == "accept" and forgotten and decide is None:
+            decision = "adjudication_required"
+        if decision == "adjudication_required":
+            cursor = format_cursor(row.created_cursor)
+            pending = {"candidate_id": candidate_id, "cursor": cursor, "decision_receipt_digest": decision_digest}
+            return RequestAdmissionResult(
+                outcome=AdmissionOutcome(
+                    status="pending_adjudication",
+                    candidate_id=candidate_id,
+                    cursor=cursor,
+                    decision_receipt_digest=decision_digest,
+                    transaction_receipt_digest=digest(Domain.ADMISSION_PENDING, pending),
+                ),
+                replayed=False,
+            )
+        committed_at = format_instant(now)
+        authorization = self._authorization(ADMISSION, binding, candidate_id, now)
+        accept = decision == "accept"
+
+        def work(unit: UnitOfWork) -> dict[str, Any]:
+            current = unit.candidate(candidate_id)
+            if current is None or current.state != "pending":
+                raise StoreConflictError("candidate changed concurrently")
+            event, body = build_event(
+                unit,
+                recorded_at=committed_at,
+                operation="accept" if accept else "reject",
+                candidate_id=candidate_id,
+                record_id=record["record_id"] if accept else None,
+                from_state="pending",
+                to_state="accepted_current" if accept else "rejected",
+                record_digest=record["record_digest"],
+                decision_receipt_digest=decision_digest,
+                authorization_receipt_digest=authorization,
+            )
+            unit.append_event(event)
+            cursor = format_cursor(event.cursor)
+            outcome = AdmissionOutcome(
+                status="accepted" if accept else "rejected",
+                candidate_id=candidate_id,
+                record_id=record["record_id"] if accept else None,
+                cursor=cursor,
+                decision_receipt_digest=decision_digest,
+                transaction_receipt_digest=transaction_receipt(
+                    operation="accept" if accept else "reject",
+                    scope=scope,
+                    cursor=cursor,
+                    event_digest=body["event_digest"],
+                    committed_at=committed_at,
+                    record_digest=record["record_digest"],
+                ),
+            )
+            if accept:
+                self._admit(unit, scope, record, event.cursor)
+            unit.put_candidate(
+                CandidateRow(
+                    candidate_id=candidate_id,
+                    state="admitted" if accept else "rejected",
+                    created_cursor=current.created_cursor,
+                    record_digest=current.record_digest,
+                    sealed=None,
+                    policy_id=current.policy_id,
+                    policy_version=current.policy_version,
+                    record_id=record["record_id"] if accept else None,
+                    outcome=canonical_bytes(outcome.to_json()) if accept else None,
+                )
+            )
+            if current.sealed is not None:
+                unit.doom_key(current.sealed.key_ref)
+            value = RequestAdmissionResult(outcome=outcome, replayed=False).to_json()
+            return value
+
+        value, replayed = self._commit_mutation(binding, key, intent, confirmation, work)
+        if replayed:
+            return from_json(RequestAdmissionResult, {**value, "replayed": True})
+        if row.sealed is not None:
+            self.destroy_keys(scope, [row.sealed.key_ref])
+        return from_json(RequestAdmissionResult, value)
+
+    def _duplicate_admission(
+        self, binding: HostBinding, row: CandidateRow, key: str | None, intent: str | None
+    ) -> RequestAdmissionResult:
+        assert row.outcome is not None  # noqa: S101 - guarded by the caller
+        original = json.loads(row.outcome)
+        value = RequestAdmissionResult(
+            outcome=from_json(AdmissionOutcome, {**original, "status": "duplicate_exact"}), replayed=False
+        ).to_json()
+        committed, replayed = self._commit_mutation(binding, key, intent, None, lambda _unit: value)
+        return from_json(RequestAdmissionResult, {**committed, "replayed": replayed})
+
+    def _open_candidate(self, scope: str, row: CandidateRow) -> dict[str, Any]:
+        if row.sealed is None:
+            raise EngramError(ErrorCode.BLOB_MISSING, detail="pending candidate has no envelope")
+        try:
+            plaintext = self._vault.open(row.sealed, candidate_context(scope, row.candidate_id))
+        except KeyUnavailableError as exc:
+            raise EngramError(ErrorCode.BLOB_MISSING, detail="candidate key unavailable") from exc
+        except SealIntegrityError as exc:
+            raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="candidate envelope altered") from exc
+        opened: dict[str, Any] = json.loads(plaintext)
+        return opened
+
+    def _decision(
+        self,
+        binding: HostBinding,
+        row: CandidateRow,
+        record: dict[str, Any],
+        opened: dict[str, Any],
+        now: datetime,
+        forced: str | None,
+    ) -> tuple[str, str]:
+        """Obtain, wrap and validate the six-field decision envelope; return (decision, digest)."""
+        if forced is not None:
+            envelope = {
+                "policy_id": "engram-memory:host-adjudication",
+                "policy_version": self._policy.policy_version,
+                "record_digest": record["record_digest"],
+                "decision": forced,
+                "issued_at": format_instant(now),
+            }
+            return forced, receipt_digest(Domain.ADMISSION_DECISION, envelope)
+        request = AdmissionRequest(
+            candidate_id=row.candidate_id,
+            scope=binding.scope,
+            record_digest=record["record_digest"],
+            payload_digest=record["payload_digest"],
+            payload=opened["payload"],
+            evidence=opened["evidence"],
+            principal=binding.principal,
+            agent_id=binding.agent_id,
+            session=binding.session,
+        )
+        try:
+            decision = self._policy.decide(request, now)
+        except Exception as exc:
+            raise EngramError(ErrorCode.POLICY_UNAVAILABLE, detail=type(exc).__name__) from exc
+        if decision.decision not in {"accept", "reject", "adjudication_required"}:
+            raise EngramError(ErrorCode.POLICY_UNAVAILABLE, detail="unknown decision")
+        if decision.policy_id != row.policy_id or decision.policy_version != row.policy_version:
+            raise EngramError(ErrorCode.POLICY_STALE, detail="decision from another policy")
+        if decision.record_digest != record["record_digest"]:
+            raise EngramError(ErrorCode.INVALID_DIGEST, detail="decision for another record")
+        age = now - decision.issued_at
+        if not timedelta(0) <= age <= DECISION_MAX_AGE:
+            raise EngramError(ErrorCode.POLICY_STALE, detail="decision too old or in the future")
+        envelope = {
+            "policy_id": decision.policy_id,
+            "policy_version": decision.policy_version,
+            "record_digest": decision.record_digest,
+            "decision": decision.decision,
+            "issued_at": format_instant(decision.issued_at),
+        }
+        return decision.decision, receipt_digest(Domain.ADMISSION_DECISION, envelope)
+
+    def _admit(self, unit: UnitOfWork, scope: str, record: dict[str, Any], cursor: int) -> None:
+        record_id = record["record_id"]
+        sealed = self._vault.seal(record_context(scope, record_id), canonical_bytes(record))
+        valid_time = record["valid_time"]
+        expires_at = record["retention"].get("expires_at")
+        expires_ms = epoch_ms(parse_instant(expires_at)) if expires_at is not None else None
+        unit.put_record(
+            RecordRow(
+                record_id=record_id,
+                state="accepted_current",
+                record_digest=record["record_digest"],
+                payload_digest=record["payload_digest"],
+                sealed=sealed,
+                recorded_cursor=int(record["recorded_cursor"]),
+                accepted_cursor=cursor,
+                valid_from=valid_time["t"],
+                valid_to=valid_time.get("t_end"),
+                expires_at_ms=expires_ms,
+            )
+        )
+        lengths, terms = term_frequencies(record)
+        unit.index_document(
+            IndexedDocument(
+                record_id=record_id,
+                lengths=lengths,
+                terms=terms,
+                valid_from=valid_time["t"],
+                valid_to=valid_time.get("t_end"),
+                expires_at_ms=expires_ms,
+            )
+        )
+
+    # ------------------------------------------------------------------ withdraw
+
+    def withdraw(self, binding: HostBinding, args: WithdrawArgs) -> WithdrawResult:
+        """End a pending candidate and destroy its key (confirmation-gated)."""
+        now = self._now(binding)
+        replay = self._replay(binding, WITHDRAW, args)
+        if replay is not None:
+            return from_json(WithdrawResult, {**replay, "replayed": True})
+        confirmation = self._gate(WITHDRAW, args, binding, now)
+        with self._read(binding.scope) as reader:
+            row = reader.candidate(args.candidate_id)
+        if row is None:
+            raise _not_found()
+        if row.state in {"withdrawn", "rejected"}:
+            raise EngramError(ErrorCode.ALREADY_TERMINAL)
+        if row.state != "pending":
+            raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
+        intent = self._intent(WITHDRAW, args)
+        at = format_instant(now)
+        authorization = self._authorization(WITHDRAW, binding, args.candidate_id, now)
+
+        def work(unit: UnitOfWork) -> dict[str, Any]:
+            current = unit.candidate(args.candidate_id)
+            if current is None or current.state != "pending":
+                raise StoreConflictError("candidate changed concurrently")
+            event, body = build_event(
+                unit,
+                recorded_at=at,
+                operation="withdraw",
+                candidate_id=args.candidate_id,
+                from_state="pending",
+                to_state="withdrawn",
+                reason_digest=digest(Domain.OPERATION, {"reason_ref": args.reason_ref}),
+                authorization_receipt_digest=authorization,
+            )
+            unit.append_event(event)
+            unit.put_candidate(
+                CandidateRow(
+                    candidate_id=current.candidate_id,
+                    state="withdrawn",
+                    created_cursor=current.created_cursor,
+                    record_digest=current.record_digest,
+                    sealed=None,
+                    policy_id=current.policy_id,
+                    policy_version=current.policy_version,
+                )
+            )
+            if current.sealed is not None:
+                unit.doom_key(current.sealed.key_ref)
+            value = WithdrawResult(
+                receipt=self._receipt("withdraw", "pending", "withdrawn", binding.scope, body, authorization, at),
+                replayed=False,
+                key_destruction="complete" if self._vault.destroys_synchronously else "pending",
+            ).to_json()
+            return value
+
+        value, replayed = self._commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
+        if replayed:
+            return from_json(WithdrawResult, {**value, "replayed": True})
+        if row.sealed is not None:
+            self.destroy_keys(binding.scope, [row.sealed.key_ref])
+        return from_json(WithdrawResult, value)
+
+    @staticmethod
+    def _receipt(
+        operation: str, from_state: str, to_state: str, scope: str, body: dict[str, Any], authorization: str, at: str
+    ) -> LifecycleReceipt:
+        return from_json(
+            LifecycleReceipt,
+            {
+                "event_id": body["event_id"],
+                "operation": operation,
+                "from_state": from_state,
+                "to_state": to_state,
+                "cursor": body["cursor"],
+                "event_digest": body["event_digest"],
+                "authorization_receipt_digest": authorization,
+                "transaction_receipt_digest": transaction_receipt(
+                    operation=operation,
+                    scope=scope,
+                    cursor=body["cursor"],
+                    event_digest=body["event_digest"],
+                    committed_at=at,
+                ),
+            },
+        )
+
+    # ------------------------------------------------------------------ forget
+
+    def forget(self, binding: HostBinding, args: ForgetArgs) -> ForgetResult:
+        """Tombstone an admitted record: destroy its body key and purge it from every index."""
+        now = self._now(binding)
+        replay = self._replay(binding, FORGET, args)
+        if replay is not None:
+            return from_json(ForgetResult, {**replay, "replayed": True})
+        confirmation = self._gate(FORGET, args, binding, now)
+        with self._read(binding.scope) as reader:
+            row = reader.record(args.record_id)
+        if row is None:
+            raise _not_found()
+        if row.state == "tombstoned":
+            raise EngramError(ErrorCode.ALREADY_TERMINAL)
+        intent = self._intent(FORGET, args)
+        at = format_instant(now)
+        authorization = self._authorization(FORGET, binding, args.record_id, now)
+
+        def work(unit: UnitOfWork) -> dict[str, Any]:
+            current = unit.record(args.record_id)
+            if current is None or current.state == "tombstoned":
+                raise StoreConflictError("record changed concurrently")
+            event, body = build_event(
+                unit,
+                recorded_at=at,
+                operation="tombstone",
+                record_id=current.record_id,
+                from_state=current.state,
+                to_state="tombstoned",
+                record_digest=current.record_digest,
+                reason_digest=digest(Domain.OPERATION, {"reason_ref": args.reason_ref}),
+                authorization_receipt_digest=authorization,
+            )
+            unit.append_event(event)
+            unit.unindex(current.record_id)
+            unit.add_tombstone(current.payload_digest)
+            unit.put_record(
+                RecordRow(
+                    record_id=current.record_id,
+                    state="tombstoned",
+                    record_digest=current.record_digest,
+                    payload_digest=current.payload_digest,
+                    sealed=None,
+                    recorded_cursor=current.recorded_cursor,
+                    accepted_cursor=current.accepted_cursor,
+                    valid_from=current.valid_from,
+                    valid_to=current.valid_to,
+                    expires_at_ms=current.expires_at_ms,
+                    trust_valid=current.trust_valid,
+                )
+            )
+            if current.sealed is not None:
+                unit.doom_key(current.sealed.key_ref)
+            coverage = digest(
+                Domain.COVERAGE,
+                {"record_id": current.record_id, "indexes": ["lexical"], "cursor": body["cursor"]},
+            )
+            value = ForgetResult(
+                receipt=self._receipt("tombstone", current.state, "tombstoned", binding.scope, body, authorization, at),
+                replayed=False,
+                projection_invalidation="complete",
+                coverage_receipt_digest=coverage,
+            ).to_json()
+            return value
+
+        value, replayed = self._commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
+        if replayed:
+            return from_json(ForgetResult, {**value, "replayed": True})
+        if row.sealed is not None:
+            self.destroy_keys(binding.scope, [row.sealed.key_ref])
+        return from_json(ForgetResult, value)
