@@ -81,7 +81,7 @@ RETRIABLE: Final[dict[ErrorCode, bool]] = {
     ErrorCode.DIGEST_CONFLICT: False,
     ErrorCode.ILLEGAL_TRANSITION: False,
     ErrorCode.ALREADY_TERMINAL: False,
-    # "it may have committed: retry with the same key and arguments until a clear outcome"
+    # it may have committed: the caller retries with the same key until a clear outcome
     ErrorCode.MUTATION_OUTCOME_UNKNOWN: True,
     ErrorCode.GATE_FAILED: False,
     # the caller starts a new search: the same request would fail again

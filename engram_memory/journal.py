@@ -116,7 +116,7 @@ def verify_scope(reader: StoreReader, vault: KeyVault, scope: str) -> VerifyRepo
     return _check_state(reader, vault, scope, candidates, records, high_water)
 
 
-def _check_state(
+def _check_state(  # noqa: C901, PLR0917 - one pass over the fold, private helper
     reader: StoreReader,
     vault: KeyVault,
     scope: str,
@@ -136,11 +136,11 @@ def _check_state(
             if problem is not None:
                 problems.append((cursor, *problem))
     for rid, (state, cursor, record_digest) in records.items():
-        row = stored_records.pop(rid, None)
-        if row is None or row.state != state or row.record_digest != record_digest:
+        record_row = stored_records.pop(rid, None)
+        if record_row is None or record_row.state != state or record_row.record_digest != record_digest:
             problems.append((cursor, ErrorCode.JOURNAL_CORRUPT, "record state differs from the fold"))
         elif state != "tombstoned":
-            problem = _check_sealed(vault, row.sealed, record_context(scope, rid))
+            problem = _check_sealed(vault, record_row.sealed, record_context(scope, rid))
             if problem is not None:
                 problems.append((cursor, *problem))
     if stored_candidates or stored_records:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -17,6 +18,10 @@ _DECISIONS: dict[str, Literal["accept", "reject", "adjudication_required"]] = {
     "reject": "reject",
     "adjudicate": "adjudication_required",
 }
+
+
+def _sorted_pointers(pointers: Iterable[str] | None) -> tuple[str, ...] | None:
+    return None if pointers is None else tuple(sorted(set(pointers)))
 
 
 @attrs.frozen(kw_only=True)
@@ -47,9 +52,7 @@ class DefaultPolicy:
     allow_retain: bool = False
     max_retention: timedelta | None = timedelta(days=365)
     family_refs: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
-    redaction: tuple[str, ...] | None = attrs.field(
-        default=None, converter=attrs.converters.optional(lambda v: tuple(sorted(set(v))))
-    )
+    redaction: tuple[str, ...] | None = attrs.field(default=None, converter=_sorted_pointers)
     tools: frozenset[str] = attrs.field(default=ALL_TOOLS, converter=frozenset)
     trust: Literal["asserted", "earned", "signed"] = "asserted"
     policy_id: str = "engram-memory:default-policy"
@@ -68,7 +71,7 @@ class DefaultPolicy:
         )
 
     def requires_confirmation(self, tool: str, binding: HostBinding) -> bool:  # noqa: ARG002
-        """capture and request_admission as configured; withdraw and forget always."""
+        """Capture and request_admission as configured; withdraw and forget always."""
         if tool == "engram_memory_capture":
             return self.confirm_capture
         if tool == "engram_memory_request_admission":

@@ -412,8 +412,10 @@ class Policy(Protocol):
         ...
 
     def requires_confirmation(self, tool: str, binding: HostBinding) -> bool:
-        """Whether capture / request_admission need a human confirmation (withdraw and forget
-        always do, whatever this returns)."""
+        """Whether capture / request_admission need a human confirmation.
+
+        withdraw and forget always do, whatever this returns.
+        """
         ...
 
     def redaction_allowlist(self, binding: HostBinding) -> tuple[str, ...] | None:

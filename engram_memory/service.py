@@ -185,7 +185,7 @@ class MemoryService:
             return failure_envelope(error, audit_id)
         except ProtocolError:
             raise
-        except Exception as exc:  # an infrastructure failure is never an empty success
+        except Exception as exc:  # noqa: BLE001 - an infrastructure failure is never an empty success
             _log.exception("unexpected failure in %s", name)
             code = ErrorCode.MUTATION_OUTCOME_UNKNOWN if name in _MUTATIONS else ErrorCode.CAPABILITY_UNAVAILABLE
             return failure_envelope(EngramError(code, detail=type(exc).__name__), audit_id)

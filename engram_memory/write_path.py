@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
 from engram_memory.canonical import (
-    CanonicalError,
     Domain,
     canonical_bytes,
     digest,
@@ -262,7 +261,7 @@ class WritePath:
                 self._vault.destroy(key_ref)
                 with self._store.write(scope) as unit:
                     unit.clear_doomed_key(key_ref)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a vault failure must not undo a committed mutation
                 _log.exception("key destruction deferred; MemoryAdmin.reap_keys will retry")
 
     @property
@@ -340,7 +339,7 @@ class WritePath:
                     policy_version=self._policy.policy_version,
                 )
             )
-            value = CaptureResult(
+            return CaptureResult(
                 status="committed_pending",
                 candidate_id=candidate_id,
                 record_digest=record["record_digest"],
@@ -354,7 +353,6 @@ class WritePath:
                     record_digest=record["record_digest"],
                 ),
             ).to_json()
-            return value
 
         value, replayed = self._commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
         if replayed:
@@ -400,7 +398,7 @@ class WritePath:
             decide=None,
         )
 
-    def decide_candidate(
+    def decide_candidate(  # noqa: C901 - the admission sequence reads top to bottom
         self,
         *,
         binding: HostBinding,
@@ -438,7 +436,9 @@ class WritePath:
             forgotten = tombstone_reader_match(payload_digest)
         if row.policy_id != self._policy.policy_id or row.policy_version != self._policy.policy_version:
             raise EngramError(ErrorCode.POLICY_STALE, detail="candidate captured under another policy")
-        decision, decision_digest = self._decision(binding, row, record, opened, now, decide)
+        decision, decision_digest = self._decision(
+            binding=binding, row=row, record=record, opened=opened, now=now, forced=decide
+        )
         if decision == "accept" and forgotten and decide is None:
             decision = "adjudication_required"
         if decision == "adjudication_required":
@@ -508,8 +508,7 @@ class WritePath:
             )
             if current.sealed is not None:
                 unit.doom_key(current.sealed.key_ref)
-            value = RequestAdmissionResult(outcome=outcome, replayed=False).to_json()
-            return value
+            return RequestAdmissionResult(outcome=outcome, replayed=False).to_json()
 
         value, replayed = self._commit_mutation(binding, key, intent, confirmation, work)
         if replayed:
@@ -543,6 +542,7 @@ class WritePath:
 
     def _decision(
         self,
+        *,
         binding: HostBinding,
         row: CandidateRow,
         record: dict[str, Any],
@@ -674,12 +674,19 @@ class WritePath:
             )
             if current.sealed is not None:
                 unit.doom_key(current.sealed.key_ref)
-            value = WithdrawResult(
-                receipt=self._receipt("withdraw", "pending", "withdrawn", binding.scope, body, authorization, at),
+            return WithdrawResult(
+                receipt=self._receipt(
+                    operation="withdraw",
+                    from_state="pending",
+                    to_state="withdrawn",
+                    scope=binding.scope,
+                    body=body,
+                    authorization=authorization,
+                    at=at,
+                ),
                 replayed=False,
                 key_destruction="complete" if self._vault.destroys_synchronously else "pending",
             ).to_json()
-            return value
 
         value, replayed = self._commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
         if replayed:
@@ -690,7 +697,7 @@ class WritePath:
 
     @staticmethod
     def _receipt(
-        operation: str, from_state: str, to_state: str, scope: str, body: dict[str, Any], authorization: str, at: str
+        *, operation: str, from_state: str, to_state: str, scope: str, body: dict[str, Any], authorization: str, at: str
     ) -> LifecycleReceipt:
         return from_json(
             LifecycleReceipt,
@@ -770,13 +777,20 @@ class WritePath:
                 Domain.COVERAGE,
                 {"record_id": current.record_id, "indexes": ["lexical"], "cursor": body["cursor"]},
             )
-            value = ForgetResult(
-                receipt=self._receipt("tombstone", current.state, "tombstoned", binding.scope, body, authorization, at),
+            return ForgetResult(
+                receipt=self._receipt(
+                    operation="tombstone",
+                    from_state=current.state,
+                    to_state="tombstoned",
+                    scope=binding.scope,
+                    body=body,
+                    authorization=authorization,
+                    at=at,
+                ),
                 replayed=False,
                 projection_invalidation="complete",
                 coverage_receipt_digest=coverage,
             ).to_json()
-            return value
 
         value, replayed = self._commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
         if replayed:

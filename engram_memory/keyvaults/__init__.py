@@ -1,0 +1,1 @@
+"""Reference KeyVault implementations (in-memory, SQLite-backed)."""

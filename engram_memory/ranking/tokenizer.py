@@ -1,6 +1,6 @@
-"""The ``graphify-memory:tokenizer:v1`` tokenizer and the lexical fields of a record.
+r"""The ``graphify-memory:tokenizer:v1`` tokenizer and the lexical fields of a record.
 
-Lower-case, then maximal runs of letters, numbers and ``_`` (``[\\p{L}\\p{N}_]+``); a token made
+Lower-case, then maximal runs of letters, numbers and ``_`` (``[\p{L}\p{N}_]+``); a token made
 only of ASCII ``a``–``z`` and at most two characters long is dropped. No stemming, no stop words.
 """
 
@@ -26,7 +26,7 @@ def _is_word_char(char: str) -> bool:
 
 
 def _split_exact(token: str) -> list[str]:
-    """Split a ``\\w+`` run at characters outside ``[\\p{L}\\p{N}_]`` (rare, non-ASCII only)."""
+    r"""Split a ``\w+`` run at characters outside ``[\p{L}\p{N}_]`` (rare, non-ASCII only)."""
     if token.isascii() or all(_is_word_char(c) for c in token):
         return [token]
     parts: list[str] = []
@@ -46,17 +46,15 @@ def tokenize(text: str) -> list[str]:
     """The tokens of ``text`` in order, duplicates kept."""
     tokens: list[str] = []
     for match in _WORD.finditer(text.lower()):
-        for token in _split_exact(match.group()):
-            if _SHORT_ASCII.fullmatch(token) is None:
-                tokens.append(token)
+        tokens.extend(t for t in _split_exact(match.group()) if _SHORT_ASCII.fullmatch(t) is None)
     return tokens
 
 
 def field_texts(record: Mapping[str, Any]) -> dict[str, str]:
-    """The five lexical fields of a record (or completed payload).
+    r"""The five lexical fields of a record (or completed payload).
 
     ``primary`` is the primary component's text; ``decision``, ``evidence`` and ``context`` join
-    the texts of the components of that kind with ``"\\n"`` in payload order; ``citations``
+    the texts of the components of that kind with ``"\n"`` in payload order; ``citations``
     joins the citations' ``source_ref`` values.
     """
     components: Sequence[Mapping[str, Any]] = record["components"]

@@ -1,0 +1,1 @@
+"""Reference Store implementations (in-memory, SQLite)."""

@@ -133,14 +133,20 @@ class _Unit(_View):
         if event.cursor != self.high_water() + 1:
             raise StoreConflictError("journal cursor is not the next one")
         self._p.events.append(event)
-        self.undo.append(self._p.events.pop)
+        self.undo.append(self._drop_last_event)
+
+    def _drop_last_event(self) -> None:
+        self._p.events.pop()
+
+    def _unbind(self, pair: tuple[str, str]) -> None:
+        self._p.idempotency.pop(pair, None)
 
     def put_idempotency(self, principal: str, key: str, row: IdempotencyRow) -> None:
         pair = (principal, key)
         if pair in self._p.idempotency:
             raise StoreConflictError("idempotency key already bound")
         self._p.idempotency[pair] = row
-        self.undo.append(lambda: self._p.idempotency.pop(pair, None))
+        self.undo.append(lambda: self._unbind(pair))
 
     def put_candidate(self, row: CandidateRow) -> None:
         self._set(self._p.candidates, row.candidate_id, row)

@@ -112,7 +112,7 @@ def _is_homogeneous_tuple(tp: Any) -> bool:
     return typing.get_origin(tp) is tuple and len(targs) == 2 and targs[1] is Ellipsis  # noqa: PLR2004
 
 
-def make_converter() -> cattrs.Converter:
+def make_converter() -> cattrs.Converter:  # noqa: C901 - one closure per registered hook
     """Build the strict converter used for every tool argument and result.
 
     A fresh instance each call; register nothing on it after the first ``structure`` (generated
@@ -171,7 +171,7 @@ def make_converter() -> cattrs.Converter:
         return hook
 
     def strict_class(cl: type) -> Callable[[Any, Any], Any]:
-        generated = make_dict_structure_fn(cl, conv)
+        generated: Callable[[Any, Any], Any] = make_dict_structure_fn(cl, conv)
 
         def hook(value: Any, _: Any) -> Any:
             if type(value) is not dict:
@@ -181,7 +181,9 @@ def make_converter() -> cattrs.Converter:
         return hook
 
     def omit_absent(cl: type) -> Callable[[Any], dict[str, Any]]:
-        overrides = {field.name: override(omit_if_default=True) for field in attrs.fields(cl) if field.default is None}
+        overrides: dict[str, Any] = {
+            field.name: override(omit_if_default=True) for field in attrs.fields(cl) if field.default is None
+        }
         return make_dict_unstructure_fn(cl, conv, **overrides)
 
     conv.register_structure_hook_factory(_is_optional, never_null)
@@ -208,7 +210,7 @@ def _locate(exc: BaseException, path: tuple[str, ...] = ()) -> tuple[BaseExcepti
                 return leaf, pointer
         return leaves[0]
     if isinstance(exc, ForbiddenExtraKeysError):
-        extra = sorted(exc.extra_fields)[0]
+        extra = min(exc.extra_fields)
         return exc, "".join("/" + _escape(p) for p in (*path, extra))
     base = "".join("/" + _escape(p) for p in path)
     if isinstance(exc, EngramError) and exc.pointer:

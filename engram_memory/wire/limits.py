@@ -7,6 +7,7 @@ Byte bounds are UTF-8 bytes, never characters.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -157,5 +158,5 @@ def unique_items(_inst: Any, attribute: attrs.Attribute[Any], value: Sequence[An
 def sorted_unique(_inst: Any, attribute: attrs.Attribute[Any], value: Sequence[str]) -> None:
     """Strictly ascending in UTF-16 code-unit order (the order JCS peers compare strings in)."""
     keys = [item.encode("utf-16-be") for item in value]
-    if any(a >= b for a, b in zip(keys, keys[1:], strict=False)):
+    if any(a >= b for a, b in itertools.pairwise(keys)):
         raise _fail(attribute, "items are not strictly ascending")
