@@ -64,8 +64,9 @@ class CanonicalError(ValueError):
 class Domain(enum.Enum):
     r"""Digest domains: each value is the exact domain string, NUL terminator included.
 
-    ``PAYLOAD`` and ``RECORD`` are the reference's versioned content domains; every other member is
-    a receipt kind and hashes under ``graphify-memory/<kind>/v1\\0``.
+    ``PAYLOAD`` and ``RECORD`` are the reference's versioned content domains; the receipt kinds
+    shared with the reference hash under ``graphify-memory/<kind>/v1\\0`` and engram-memory's own
+    kinds under ``engram-memory/<kind>/v1\\0``.
     """
 
     PAYLOAD = "graphify-memory/payload/v2\0"
@@ -208,8 +209,11 @@ def format_instant(moment: datetime) -> str:
     """
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError("instants must be timezone-aware")
-    utc = moment.astimezone(UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    u = moment.astimezone(UTC)
+    return (
+        f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}."
+        f"{u.microsecond // 1000:03d}Z"
+    )
 
 
 def parse_instant(text: str) -> datetime:
@@ -219,7 +223,7 @@ def parse_instant(text: str) -> datetime:
         ValueError: the text is not exactly ``YYYY-MM-DDTHH:mm:ss.sssZ`` or names no real moment
             (Feb 30, hour 24, year 0000).
     """
-    if _INSTANT_RE.fullmatch(text) is None:
+    if type(text) is not str or _INSTANT_RE.fullmatch(text) is None:
         raise ValueError("not a canonical instant")
     try:
         parsed = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
@@ -242,7 +246,13 @@ def is_instant(text: object) -> bool:
 
 
 def epoch_ms(moment: datetime) -> int:
-    """Milliseconds since the Unix epoch of an aware datetime (floor)."""
+    """Milliseconds since the Unix epoch of an aware datetime (floor).
+
+    Raises:
+        ValueError: ``moment`` is naive.
+    """
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("instants must be timezone-aware")
     delta = moment.astimezone(UTC) - _EPOCH
     return delta // timedelta(milliseconds=1)
 
@@ -258,7 +268,7 @@ def format_cursor(position: int) -> str:
     Raises:
         ValueError: outside ``0 .. 2**64 − 1``.
     """
-    if isinstance(position, bool) or not 0 <= position <= MAX_CURSOR:
+    if type(position) is not int or not 0 <= position <= MAX_CURSOR:
         raise ValueError("cursor out of range")
     return str(position)
 
@@ -269,7 +279,7 @@ def parse_cursor(text: str) -> int:
     Raises:
         ValueError: the text is not a canonical cursor.
     """
-    if _CURSOR_RE.fullmatch(text) is None:
+    if type(text) is not str or _CURSOR_RE.fullmatch(text) is None:
         raise ValueError("not a canonical cursor")
     value = int(text)
     if value > MAX_CURSOR:

@@ -46,7 +46,7 @@ NESTED_NON_ASCII: dict[str, Any] = {
         }
     ],
     "\u30ad\u30fc": {"nested": [[], {}, [None, True, False, -1, 1.5e-7]]},
-    "quotes\"and\\slashes": "\u0000\u001f\t",
+    'quotes"and\\slashes': "\u0000\u001f\t",
 }
 
 

@@ -30,16 +30,16 @@ CONTRACT_DOC = Path(__file__).resolve().parent.parent / "docs" / "contract.md"
 # Written out from the founding contract's table "Error codes and what the caller does".
 CONTRACT_CODES: frozenset[str] = frozenset(
     {
-        # fix the arguments
+        # row: fix the arguments against the closed schema
         "INVALID_SCHEMA",
         "INVALID_DIGEST",
-        # stop: not permitted
+        # rows: not permitted, not found, conflicting key
         "UNAUTHORIZED",
         "AUTHORIZATION_EXPIRED",
         "AUTHORIZATION_REVOKED",
         "NOT_FOUND",
         "DIGEST_CONFLICT",
-        # lifecycle
+        # rows: lifecycle, unknown outcome, gate, paging, size
         "ILLEGAL_TRANSITION",
         "ALREADY_TERMINAL",
         "MUTATION_OUTCOME_UNKNOWN",
@@ -196,8 +196,8 @@ def test_protocol_error_is_not_a_memory_answer() -> None:
 
 def test_json_rpc_codes() -> None:
     assert {code.value for code in JsonRpcCode} == {-32602, -32603}
-    assert JsonRpcCode.INVALID_PARAMS == -32602
-    assert JsonRpcCode.INTERNAL_ERROR == -32603
+    assert int(JsonRpcCode.INVALID_PARAMS) == -32602
+    assert int(JsonRpcCode.INTERNAL_ERROR) == -32603
 
 
 def test_protocol_error_constructors() -> None:
@@ -237,9 +237,9 @@ def test_store_corrupt_error_keeps_detail_out_of_its_message() -> None:
 
 def _documented_table() -> list[tuple[str, str]]:
     text = CONTRACT_DOC.read_text(encoding="utf-8")
-    match = re.search(r"^## Error codes\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    match = re.search(r"^## Error codes\n(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)
     assert match is not None, "docs/contract.md has no '## Error codes' section"
-    return re.findall(r"^\| `([A-Za-z_]+)` \| (yes|no) \|", match.group(1), re.M)
+    return re.findall(r"^\| `([A-Za-z_]+)` \| (yes|no) \|", match.group(1), re.MULTILINE)
 
 
 def test_documented_error_table_matches_retriable() -> None:
