@@ -1,0 +1,217 @@
+"""The ``engram-memory`` command: a narrated demo and operator commands.
+
+``engram-memory demo [--db PATH]`` walks through the whole governance model on an embedded
+SQLite file; ``verify --db PATH`` and ``stats --db PATH`` inspect an existing database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from engram_memory.admin import MemoryAdmin
+from engram_memory.clock import ManualClock
+from engram_memory.connect import connect
+from engram_memory.context import Confirmation, HostBinding
+from engram_memory.errors import ProtocolError
+from engram_memory.policy import DefaultPolicy
+from engram_memory.service import MemoryService
+
+__all__ = ["main"]
+
+Say = Callable[[str], None]
+
+
+def _digest_of(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _capture_args(key: str, purpose: str, decision: str, source: str) -> dict[str, Any]:
+    return {
+        "idempotency_key": key,
+        "payload": {
+            "schema_version": 2,
+            "purpose_ref": purpose,
+            "valid_time": {"t": 1_767_225_600_000},
+            "components": [
+                {"component_id": "decision", "kind": "decision", "text": decision, "citation_ids": ["src"]},
+            ],
+            "primary_component_id": "decision",
+            "primary_event": {"at": 1_767_225_600_000, "type_ref": "decision-recorded", "citation_id": "src"},
+            "citations": [
+                {
+                    "citation_id": "src",
+                    "source_ref": source,
+                    "locator": {"scheme": "line", "value": "1"},
+                    "content_digest": _digest_of(decision),
+                }
+            ],
+        },
+        "evidence": {"evidence_ref": "review-notes", "evidence_digest": _digest_of(source), "citation_ids": ["src"]},
+    }
+
+
+def _show(say: Say, label: str, envelope: dict[str, Any]) -> None:
+    if envelope["ok"]:
+        value = envelope["output"]["value"]
+        brief = value.get("status") or value.get("outcome", {}).get("status") or value.get("receipt", {}).get("to_state")
+        if "records" in value:
+            brief = f"{len(value['records'])} record(s)"
+        say(f"  {label}: ok ({brief})")
+    else:
+        error = envelope["error"]
+        say(f"  {label}: {error['code']} (retriable={str(error['retriable']).lower()})")
+
+
+def _confirmed(
+    service: MemoryService, clock: ManualClock, binding: HostBinding, tool: str, args: dict[str, Any], target: str
+) -> HostBinding:
+    now = clock.now()
+    confirmation = Confirmation(
+        id=f"approval-{tool}-{target[:16]}",
+        tool=tool,
+        target=target,
+        operation_digest=service.operation_digest(tool, args, binding),
+        requested_at=now - timedelta(seconds=20),
+        approved_at=now - timedelta(seconds=5),
+    )
+    return attrs.evolve(binding, confirmation=confirmation)
+
+
+def run_demo(db: Path, say: Say) -> int:  # noqa: PLR0915 - a linear narrated script
+    """Run the narrated end-to-end scenario on ``db``; return the exit status."""
+    clock = ManualClock()
+    service = connect(f"sqlite:///{db}", policy=DefaultPolicy(admission="accept"), clock=clock)
+    admin = MemoryAdmin(service)
+    acme = HostBinding(
+        tenant_id="acme", workspace_id="platform", principal="alice", agent_id="agent-1", session="s1",
+        purpose_ref="engineering-decisions",
+    )
+    globex = attrs.evolve(acme, tenant_id="globex", principal="bob")
+    say(f"engram-memory demo on {db.name} (two tenants: acme, globex)")
+    say("1. capture cited material: it becomes an encrypted pending candidate")
+    capture = _capture_args(
+        "demo-capture-0001", "engineering-decisions",
+        "Use blue-green deployments for the billing service.", "adr/0042-deployments.md",
+    )
+    first = service.call_tool("engram_memory_capture", capture, acme)
+    _show(say, "capture", first)
+    candidate_id = first["output"]["value"]["candidate_id"]
+    search = {"query": "blue-green billing deployments", "purpose_ref": "engineering-decisions"}
+    _show(say, "search before admission", service.call_tool("engram_memory_search", search, acme))
+    say("2. a retry with the same key replays; the same key with other content conflicts")
+    _show(say, "capture retry", service.call_tool("engram_memory_capture", capture, acme))
+    other = _capture_args("demo-capture-0001", "engineering-decisions", "Something else entirely.", "adr/0001.md")
+    _show(say, "capture, same key, other content", service.call_tool("engram_memory_capture", other, acme))
+    say("3. the host's policy admits the candidate; only now is it searchable")
+    admission = {"candidate_id": candidate_id, "idempotency_key": "demo-admission-0001"}
+    admitted = service.call_tool("engram_memory_request_admission", admission, acme)
+    _show(say, "request_admission", admitted)
+    record_id = admitted["output"]["value"]["outcome"]["record_id"]
+    found = service.call_tool("engram_memory_search", search, acme)
+    _show(say, "search (acme)", found)
+    _show(say, "search (globex, another tenant)", service.call_tool("engram_memory_search", search, globex))
+    get = {"record_id": record_id, "purpose_ref": "engineering-decisions"}
+    _show(say, "get (globex asks for acme's record)", service.call_tool("engram_memory_get", get, globex))
+    say("4. withdraw and forget need a human confirmation bound to the exact operation")
+    draft = _capture_args("demo-capture-0002", "engineering-decisions", "Draft: freeze Fridays.", "chat/2026-01-01")
+    pending = service.call_tool("engram_memory_capture", draft, acme)["output"]["value"]["candidate_id"]
+    withdraw = {"candidate_id": pending, "idempotency_key": "demo-withdraw-0001", "reason_ref": "superseded"}
+    try:
+        service.call_tool("engram_memory_withdraw", withdraw, acme)
+    except ProtocolError as exc:
+        say(f"  withdraw without confirmation: JSON-RPC {int(exc.code)} ({exc.message})")
+    confirmed = _confirmed(service, clock, acme, "engram_memory_withdraw", withdraw, pending)
+    _show(say, "withdraw (confirmed)", service.call_tool("engram_memory_withdraw", withdraw, confirmed))
+    forget = {"record_id": record_id, "idempotency_key": "demo-forget-0001", "reason_ref": "owner-request"}
+    confirmed = _confirmed(service, clock, acme, "engram_memory_forget", forget, record_id)
+    _show(say, "forget (confirmed)", service.call_tool("engram_memory_forget", forget, confirmed))
+    _show(say, "search after forget", service.call_tool("engram_memory_search", search, acme))
+    say("5. forgotten content re-captured is held for a human (forgotten-content guard)")
+    again = _capture_args(
+        "demo-capture-0003", "engineering-decisions",
+        "Use blue-green deployments for the billing service.", "adr/0042-deployments.md",
+    )
+    recaptured = service.call_tool("engram_memory_capture", again, acme)["output"]["value"]["candidate_id"]
+    guard = {"candidate_id": recaptured, "idempotency_key": "demo-admission-0003"}
+    _show(say, "request_admission", service.call_tool("engram_memory_request_admission", guard, acme))
+    say("6. the journal verifies")
+    for tenant in ("acme", "globex"):
+        report = admin.verify(tenant_id=tenant, workspace_id="platform")
+        say(f"  verify {tenant}: {'ok' if report.ok else report.code} (journal height {report.high_water})")
+    service.store.close()
+    return 0
+
+
+def _cmd_demo(options: argparse.Namespace) -> int:
+    if options.db is not None:
+        return run_demo(Path(options.db), print)
+    with tempfile.TemporaryDirectory() as folder:
+        return run_demo(Path(folder) / "demo.db", print)
+
+
+def _open_existing(db: str) -> MemoryService:
+    if not Path(db).exists():
+        raise SystemExit(f"no database at {db}")
+    return connect(f"sqlite:///{db}")
+
+
+def _cmd_verify(options: argparse.Namespace) -> int:
+    service = _open_existing(options.db)
+    admin = MemoryAdmin(service)
+    status = 0
+    for scope in service.store.scopes():
+        report = admin.verify_scope(scope)
+        print(f"{scope}: {'ok' if report.ok else f'{report.code} at cursor {report.cursor}'} ({report.high_water})")
+        status = status if report.ok else 1
+    service.store.close()
+    return status
+
+
+def _cmd_stats(options: argparse.Namespace) -> int:
+    service = _open_existing(options.db)
+    for scope in service.store.scopes():
+        with service.store.read(scope) as reader:
+            counts: dict[str, int] = {}
+            for row in reader.candidates():
+                counts[f"candidate:{row.state}"] = counts.get(f"candidate:{row.state}", 0) + 1
+            for record in reader.records():
+                counts[f"record:{record.state}"] = counts.get(f"record:{record.state}", 0) + 1
+            summary = ", ".join(f"{key}={value}" for key, value in sorted(counts.items()))
+            print(f"{scope}: journal height {reader.high_water()}; {summary}")
+    service.store.close()
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="engram-memory", description="Governed long-term memory for AI agents.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="run a narrated end-to-end scenario on an embedded SQLite file")
+    demo.add_argument("--db", help="database file to use (default: a temporary file)")
+    demo.set_defaults(run=_cmd_demo)
+    verify = commands.add_parser("verify", help="re-derive every scope's journal chain and state")
+    verify.add_argument("--db", required=True, help="the SQLite database file")
+    verify.set_defaults(run=_cmd_verify)
+    stats = commands.add_parser("stats", help="counts per scope and state, and journal height")
+    stats.add_argument("--db", required=True, help="the SQLite database file")
+    stats.set_defaults(run=_cmd_stats)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``engram-memory`` console script."""
+    options = _parser().parse_args(argv)
+    status: int = options.run(options)
+    return status
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
