@@ -5,6 +5,7 @@ Nothing here ever comes from tool arguments. The host builds a :class:`HostBindi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Final
 
@@ -24,6 +25,10 @@ ALL_TOOLS: Final = frozenset(
         "engram_memory_forget",
     }
 )
+
+
+def _tool_set(tools: Iterable[str]) -> frozenset[str]:
+    return frozenset(tools)
 
 
 def _aware(_inst: object, attribute: attrs.Attribute[datetime], value: datetime) -> None:
@@ -64,7 +69,7 @@ class HostBinding:
     agent_id: str
     session: str
     purpose_ref: str
-    tools: frozenset[str] = attrs.field(default=ALL_TOOLS, converter=frozenset)
+    tools: frozenset[str] = attrs.field(default=ALL_TOOLS, converter=_tool_set)
     audit_id: str | None = None
     deadline: datetime | None = attrs.field(default=None, validator=attrs.validators.optional(_aware))
     confirmation: Confirmation | None = None

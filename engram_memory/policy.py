@@ -20,6 +20,10 @@ _DECISIONS: dict[str, Literal["accept", "reject", "adjudication_required"]] = {
 }
 
 
+def _str_set(items: Iterable[str]) -> frozenset[str]:
+    return frozenset(items)
+
+
 def _sorted_pointers(pointers: Iterable[str] | None) -> tuple[str, ...] | None:
     return None if pointers is None else tuple(sorted(set(pointers)))
 
@@ -51,9 +55,9 @@ class DefaultPolicy:
     confirm_admission: bool = False
     allow_retain: bool = False
     max_retention: timedelta | None = timedelta(days=365)
-    family_refs: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    family_refs: frozenset[str] = attrs.field(default=frozenset(), converter=_str_set)
     redaction: tuple[str, ...] | None = attrs.field(default=None, converter=_sorted_pointers)
-    tools: frozenset[str] = attrs.field(default=ALL_TOOLS, converter=frozenset)
+    tools: frozenset[str] = attrs.field(default=ALL_TOOLS, converter=_str_set)
     trust: Literal["asserted", "earned", "signed"] = "asserted"
     policy_id: str = "engram-memory:default-policy"
     policy_version: str = "1"

@@ -225,6 +225,8 @@ class WritePath:
                 if existing is not None:
                     return existing, True
             value = body(unit)
+            if binding.deadline is not None and self._clock.now() >= binding.deadline:
+                raise EngramError(ErrorCode.DEADLINE_EXCEEDED, detail="deadline passed before commit")
             self._consume(unit, confirmation)
             if key is not None and intent is not None:
                 row = IdempotencyRow(intent_digest=intent, response=canonical_bytes(value))

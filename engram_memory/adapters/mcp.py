@@ -1,0 +1,184 @@
+"""Serve a :class:`~engram_memory.MemoryService` as an MCP server (official Python SDK, v2).
+
+Needs the ``mcp`` extra (``engram-memory[mcp]``, ``mcp>=2,<3``); the core never imports this
+module. It is deliberately thin: the tool descriptors, the argument validation and the envelope
+all come from the core as plain dicts, and this module only wraps them in SDK types.
+
+It uses the SDK's low-level :class:`mcp.server.lowlevel.Server`, never the decorator API
+(``MCPServer.tool()``): that API derives its own schemas from type hints, coerces ``"10"`` to
+``10`` and silently drops unknown keys, where the contract wants closed schemas, no coercion and
+``INVALID_SCHEMA`` for an extra key. The low-level server advertises our ``inputSchema``
+without ever applying it, so the arguments reach :meth:`MemoryService.call_tool` exactly as the
+client sent them.
+
+What crosses the wire:
+
+* ``tools/list`` — exactly :meth:`MemoryService.list_tools` for the caller's binding
+  (``name``, ``title``, ``description``, ``inputSchema``, ``outputSchema``, ``annotations``).
+* ``tools/call`` — a ``CallToolResult`` whose ``structuredContent`` is the envelope, with one text
+  item carrying the same envelope as JSON and ``isError = not ok`` (see
+  :func:`~engram_memory.wire.envelope.to_mcp_call_result`).
+* :class:`~engram_memory.errors.ProtocolError` — a JSON-RPC error with its code and constant
+  message (``-32602`` unknown or ungranted tool, ``-32603`` trusted call context unavailable);
+  never an envelope.
+* Any other exception — ``-32603`` "Internal server error", logged here with its traceback. The
+  adapter does this itself: on the handshake-era JSON-RPC path (stdio, legacy HTTP) the SDK 2.3
+  would otherwise answer ``code 0`` with ``str(exception)`` as the message.
+
+Example (a single-tenant stdio server)::
+
+    import anyio
+    from engram_memory import HostBinding, connect
+    from engram_memory.adapters.mcp import serve_stdio
+
+    binding = HostBinding(tenant_id="acme", workspace_id="platform", principal="alice",
+                          agent_id="agent", session="stdio", purpose_ref="engineering-decisions")
+    anyio.run(serve_stdio, connect("memory:"), binding)
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Final, TypeAlias
+
+import anyio.to_thread
+import mcp.types as mcp_types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+
+from engram_memory._version import __version__
+from engram_memory.context import HostBinding
+from engram_memory.errors import JsonRpcCode, ProtocolError
+from engram_memory.service import MemoryService
+from engram_memory.wire.envelope import to_mcp_call_result
+
+__all__ = [
+    "DEFAULT_SERVER_NAME",
+    "BindingFor",
+    "RequestContext",
+    "build_server",
+    "envelope_result",
+    "serve_stdio",
+    "tool_from_descriptor",
+]
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_SERVER_NAME: Final = "engram-memory"
+INTERNAL_ERROR_MESSAGE: Final = "Internal server error"
+
+RequestContext: TypeAlias = ServerRequestContext[Any, Any]
+"""The SDK's per-request context, as handed to the host's :data:`BindingFor` callback."""
+
+BindingFor: TypeAlias = Callable[[RequestContext], HostBinding | Awaitable[HostBinding]]
+"""Builds the :class:`~engram_memory.HostBinding` of one request (sync, or async returning it).
+
+It receives the SDK's :class:`mcp.server.context.ServerRequestContext` of the ``tools/list`` or
+``tools/call`` request. Useful fields: ``request`` (the transport's request object, e.g. the
+Starlette ``Request`` on Streamable HTTP, with its authenticated user and headers; ``None`` on
+stdio), ``session`` (the connection's ``ServerSession``), ``request_id``, ``protocol_version``,
+``method`` and ``lifespan_context``. ``params`` and ``meta`` come from the client and must never
+be the source of tenant, workspace, principal, purpose or confirmation: those are the host's.
+
+Raising :class:`~engram_memory.errors.ProtocolError` (for example
+``ProtocolError.untrusted_context()`` when the caller cannot be identified) answers the request
+with the matching JSON-RPC error; any other exception answers ``-32603``. A sync callback runs
+on the event loop, so it must not block: use an async one for I/O.
+"""
+
+
+@contextmanager
+def _wire_errors(method: str) -> Iterator[None]:
+    """Turn every failure of a handler into a JSON-RPC error that reveals nothing internal."""
+    try:
+        yield
+    except MCPError:
+        raise
+    except ProtocolError as error:
+        raise MCPError(int(error.code), error.message) from error
+    except Exception as error:
+        _log.exception("MCP %s handler failed", method)
+        raise MCPError(int(JsonRpcCode.INTERNAL_ERROR), INTERNAL_ERROR_MESSAGE) from error
+
+
+def tool_from_descriptor(descriptor: dict[str, Any]) -> mcp_types.Tool:
+    """Wrap one core tool descriptor (camelCase keys, as on the wire) in the SDK's ``Tool``.
+
+    The ``inputSchema`` and ``outputSchema`` dicts are carried as they are.
+    """
+    return mcp_types.Tool.model_validate(descriptor)
+
+
+def envelope_result(envelope: dict[str, Any]) -> mcp_types.CallToolResult:
+    """Wrap a result envelope in the SDK's ``CallToolResult``, as ``to_mcp_call_result`` carries it."""
+    return mcp_types.CallToolResult.model_validate(to_mcp_call_result(envelope))
+
+
+async def _resolve_binding(binding_for: BindingFor, ctx: RequestContext) -> HostBinding:
+    binding = binding_for(ctx)
+    if not isinstance(binding, HostBinding):
+        binding = await binding
+    return binding
+
+
+def build_server(
+    service: MemoryService,
+    binding_for: BindingFor,
+    *,
+    name: str = DEFAULT_SERVER_NAME,
+) -> Server[Any]:
+    """Build a low-level MCP server exposing the six memory tools of ``service``.
+
+    Args:
+        service: the memory service; its synchronous calls run in a worker thread
+            (``anyio.to_thread.run_sync``), never on the event loop.
+        binding_for: the host's callback building the :class:`~engram_memory.HostBinding` of each
+            ``tools/list`` and ``tools/call`` request (see :data:`BindingFor`).
+        name: the server name announced to clients.
+
+    Returns:
+        The server; run it with ``server.run(read, write, server.create_initialization_options())``
+        over any SDK transport, or see :func:`serve_stdio`.
+    """
+
+    async def on_list_tools(
+        ctx: RequestContext, params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        del params  # one page: at most six tools
+        with _wire_errors("tools/list"):
+            binding = await _resolve_binding(binding_for, ctx)
+            descriptors = await anyio.to_thread.run_sync(functools.partial(service.list_tools, binding))
+            # The list depends on the caller's binding: never let a shared cache serve it to another.
+            return mcp_types.ListToolsResult(
+                tools=[tool_from_descriptor(descriptor) for descriptor in descriptors],
+                ttl_ms=0,
+                cache_scope="private",
+            )
+
+    async def on_call_tool(ctx: RequestContext, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        with _wire_errors("tools/call"):
+            binding = await _resolve_binding(binding_for, ctx)
+            # The arguments go to the core's strict parser exactly as received: no defaults, no coercion.
+            call = functools.partial(service.call_tool, params.name, params.arguments, binding)
+            envelope = await anyio.to_thread.run_sync(call)
+            return envelope_result(envelope)
+
+    return Server(name, version=__version__, on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+
+
+async def serve_stdio(service: MemoryService, binding: HostBinding, *, name: str = DEFAULT_SERVER_NAME) -> None:
+    """Serve ``service`` over stdin/stdout for one fixed (single-tenant) ``binding`` until EOF.
+
+    Every request runs with the same binding, so it should carry no ``confirmation`` and no
+    ``audit_id`` (a fresh audit id is made per call). Without a host confirmation channel,
+    ``withdraw`` and ``forget`` answer JSON-RPC ``-32603``; leave them out of ``binding.tools``
+    if the agent should not see them. Log to stderr only: stdout is the protocol stream.
+    """
+    server = build_server(service, lambda _ctx: binding, name=name)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
