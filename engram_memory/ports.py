@@ -36,6 +36,7 @@ __all__ = [
     "Ranker",
     "RankingQuery",
     "RecordRow",
+    "RecordState",
     "SealedEnvelope",
     "Store",
     "StoreReader",
@@ -467,7 +468,11 @@ class Ranker(Protocol):
         ...
 
     def config(self) -> dict[str, Any]:
-        """Every constant that determines the order (bound by ``profile_config_digest``)."""
+        """Every constant that determines the order (bound by ``profile_config_digest``).
+
+        The read path also reads ``profile_version``, ``scoring_formula_ref`` and
+        ``candidate_cap`` from it (defaults ``""``, ``""`` and 2,000 when absent).
+        """
         ...
 
     def tokenize(self, text: str) -> list[str]:

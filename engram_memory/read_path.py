@@ -1,18 +1,268 @@
-"""The read path: search and get (being implemented; see issue "Read path")."""
+"""The read path: search and get (DESIGN D10, D11, D12).
+
+Both operations run in one :meth:`~engram_memory.ports.Store.read` view of the binding's scope
+and never write. Eligibility is :mod:`engram_memory.ranking.eligibility`: ``accepted_current``,
+trust valid, valid at the pinned ``valid_as_of`` and not past retention expiry.
+
+**Pins.** A first search page pins ``valid_as_of`` (the clock, epoch ms) and ``system_as_of``
+(the scope's high-water cursor); later pages reuse both from the page cursor. Retention expiry is
+always checked against the live clock, so a record that expires between two pages changes the
+ordering and the next page is ``STALE_PAGE``.
+
+**Page cursor.** ``base64url(payload ‖ mac)`` without padding, where ``payload`` is the canonical
+JSON ``{"v": 1, "o": offset, "va": valid_as_of, "sa": system_as_of, "od": ordering_digest}`` and
+``mac = HMAC-SHA256(store.secret(), PAGE_CURSOR domain ‖ binding_digest ‖ payload)``.
+``binding_digest`` binds the scope, principal, purpose, query, ``limit``, ``max_packet_bytes``,
+``capability_policy``, the ranking profile and its config digest; ``ordering_digest`` binds the
+whole ordered list (ids, scores and recencies) computed at the pins. A later page re-ranks at the
+pins and compares: a forged, edited, foreign or re-parameterised cursor, a moved ordering (new
+admission, forget, expiry) or a cursor whose ``system_as_of`` is above the high water is
+``STALE_PAGE``.
+
+**Budgets.** ``max_packet_bytes`` bounds the canonical bytes of the ``records`` array; a page
+stops before the record that would overflow and the next cursor resumes exactly there. A record
+that does not fit alone is ``PROJECTION_OVERSIZED`` (never an empty page with a repeating cursor);
+one that fits ``max_packet_bytes`` but not the 1,048,576-byte transport cap with the rest of the
+value is ``RESULT_TOO_LARGE``.
+
+**Failures are never empty successes.** A destroyed key or a sealed body that fails
+authentication or re-derivation is ``BLOB_MISSING`` / ``JOURNAL_CORRUPT``; an index entry whose
+record row is not eligible is ``PROJECTION_STALE``. A key destroyed by a forget that committed
+while the search was reading is detected with a fresh view and the search is re-run.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import re
+import struct
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, Final
+
+import attrs
+
+from engram_memory.canonical import (
+    ZERO_DIGEST,
+    CanonicalError,
+    Domain,
+    canonical_bytes,
+    digest,
+    digest_bytes,
+    epoch_ms,
+    format_cursor,
+    format_instant,
+    parse_cursor,
+    receipt_digest,
+)
 from engram_memory.context import HostBinding
-from engram_memory.errors import EngramError, ErrorCode
-from engram_memory.ports import Clock, KeyVault, Policy, Ranker, Store
-from engram_memory.results import GetResult, SearchResult
+from engram_memory.errors import (
+    EngramError,
+    ErrorCode,
+    KeyUnavailableError,
+    SealIntegrityError,
+    StoreCorruptError,
+    StoreUnavailableError,
+)
+from engram_memory.ports import (
+    Clock,
+    KeyVault,
+    Policy,
+    RankedHit,
+    Ranker,
+    RankingQuery,
+    RecordRow,
+    Store,
+    StoreReader,
+)
+from engram_memory.ranking.bm25f import CANDIDATE_CAP
+from engram_memory.ranking.eligibility import row_is_eligible
+from engram_memory.records import authorization_receipt, record_context
+from engram_memory.results import GetResult, RecordPacket, SearchResult
 from engram_memory.wire.args import GetArgs, SearchArgs
 
-__all__ = ["ReadPath"]
+__all__ = ["TRANSPORT_CAP", "PageCursor", "PageCursorCodec", "ReadPath", "redact_record"]
+
+TRANSPORT_CAP: Final = 1_048_576
+"""The largest canonical value a search or get may return (UTF-8 bytes)."""
+SEARCH: Final = "engram_memory_search"
+GET: Final = "engram_memory_get"
+_CURSOR_VERSION: Final = 1
+_MAC_BYTES: Final = 32
+_BASE64URL: Final = re.compile(r"[A-Za-z0-9_-]+")
+_PLACEHOLDER_DIGEST: Final = ZERO_DIGEST
+_SEARCH_ATTEMPTS: Final = 3
+_DIGEST_MEMBER_BYTES: Final = len(',"response_digest":""') + len(ZERO_DIGEST)
+
+
+class _ConcurrentErasureError(Exception):
+    """A record's key vanished because a forget committed while this read was in progress."""
+
+
+# --------------------------------------------------------------------------- page cursor
+
+
+@attrs.frozen(kw_only=True)
+class PageCursor:
+    """What a page cursor carries: where the next page starts and the pins it was ranked at."""
+
+    offset: int
+    valid_as_of: int
+    system_as_of: int
+    ordering_digest: str
+
+
+def _b64encode(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def _b64decode(text: str) -> bytes:
+    if _BASE64URL.fullmatch(text) is None:
+        raise ValueError("not base64url")
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64encode(raw) != text:
+        raise ValueError("non-canonical base64url")
+    return raw
+
+
+def _stale(detail: str) -> EngramError:
+    return EngramError(ErrorCode.STALE_PAGE, detail=detail)
+
+
+class PageCursorCodec:
+    """Encodes and verifies page cursors with an HMAC-SHA256 under the store's secret."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    def _mac(self, binding_digest: str, payload: bytes) -> bytes:
+        message = Domain.PAGE_CURSOR.prefix + binding_digest.encode("ascii") + payload
+        return hmac.new(self._secret, message, hashlib.sha256).digest()
+
+    @staticmethod
+    def _payload(cursor: PageCursor) -> bytes:
+        return canonical_bytes(
+            {
+                "v": _CURSOR_VERSION,
+                "o": cursor.offset,
+                "va": cursor.valid_as_of,
+                "sa": format_cursor(cursor.system_as_of),
+                "od": cursor.ordering_digest,
+            }
+        )
+
+    def encode(self, cursor: PageCursor, binding_digest: str) -> str:
+        """The opaque cursor string for ``cursor``, bound to ``binding_digest``."""
+        payload = self._payload(cursor)
+        return _b64encode(payload + self._mac(binding_digest, payload))
+
+    def decode(self, token: str, binding_digest: str) -> PageCursor:
+        """Verify and decode a cursor issued for the same binding digest.
+
+        Raises:
+            EngramError: ``STALE_PAGE`` for anything but an untouched cursor of this binding.
+        """
+        try:
+            raw = _b64decode(token)
+        except (ValueError, binascii.Error, UnicodeError) as exc:
+            raise _stale("page cursor is not base64url") from exc
+        if len(raw) <= _MAC_BYTES:
+            raise _stale("page cursor too short")
+        payload, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
+        if not hmac.compare_digest(mac, self._mac(binding_digest, payload)):
+            raise _stale("page cursor MAC does not verify for this request")
+        # only payloads this codec wrote get here; re-encoding checks keys, types and form at once
+        try:
+            fields = json.loads(payload)
+            cursor = PageCursor(
+                offset=fields["o"],
+                valid_as_of=fields["va"],
+                system_as_of=parse_cursor(fields["sa"]),
+                ordering_digest=fields["od"],
+            )
+            if self._payload(cursor) != payload:
+                raise ValueError("payload is not in canonical cursor form")  # noqa: TRY301 - one refusal path
+        except (ValueError, KeyError, TypeError, CanonicalError) as exc:  # pragma: no cover - MAC-valid only
+            raise _stale("page cursor payload is malformed") from exc
+        return cursor
+
+
+# --------------------------------------------------------------------------- redaction
+
+
+def _decode_pointer(pointer: str) -> list[str] | None:
+    """RFC 6901 reference tokens of ``pointer``; ``None`` for a malformed pointer."""
+    if pointer == "":
+        return []
+    if not pointer.startswith("/"):
+        return None
+    tokens: list[str] = []
+    for token in pointer[1:].split("/"):
+        if re.search(r"~(?![01])", token) is not None:
+            return None
+        tokens.append(token.replace("~1", "/").replace("~0", "~"))
+    return tokens
+
+
+def _escape(key: str) -> str:
+    return "/" + key.replace("~", "~0").replace("/", "~1")
+
+
+def _copy_path(source: dict[str, Any], target: dict[str, Any], tokens: list[str]) -> None:
+    """Copy the value ``tokens`` address in ``source`` into ``target``; arrays are never traversed."""
+    node: Any = source
+    for token in tokens:
+        if not isinstance(node, dict) or token not in node:
+            return
+        node = node[token]
+    out = target
+    for token in tokens[:-1]:
+        child = out.get(token)
+        if child is None:
+            child = out[token] = {}
+        elif not isinstance(child, dict):  # pragma: no cover - only a non-object could be here
+            return
+        out = child
+    out[tokens[-1]] = node
+
+
+def redact_record(record: dict[str, Any], allowlist: Sequence[str] | None) -> tuple[dict[str, Any], list[str]]:
+    """Redact ``record`` by omission (DESIGN D12).
+
+    ``allowlist`` holds JSON pointers (``None`` = the whole record; ``""`` = the whole record;
+    pointers through arrays or to missing paths are ignored). ``record_id`` is always kept.
+    Returns the redacted record and the removed top-level fields as sorted escaped pointers.
+    """
+    if allowlist is None:
+        redacted = dict(record)
+    else:
+        redacted = {}
+        for pointer in sorted(allowlist, key=lambda p: (p != "", p)):
+            tokens = _decode_pointer(pointer)
+            if tokens is None:
+                continue
+            if not tokens:
+                redacted.update(record)
+                continue
+            existing = redacted.get(tokens[0])
+            if existing is not None and existing is record.get(tokens[0]):
+                continue  # the whole top-level value is already included
+            _copy_path(record, redacted, tokens)
+    redacted["record_id"] = record["record_id"]
+    removed = sorted(_escape(key) for key in record if key not in redacted)
+    return redacted, removed
+
+
+# --------------------------------------------------------------------------- read path
 
 
 class ReadPath:
-    """Search and get over the ports."""
+    """Search and get over the ports; held by :class:`engram_memory.MemoryService`."""
 
     def __init__(self, *, store: Store, vault: KeyVault, policy: Policy, clock: Clock, ranker: Ranker) -> None:
         self._store = store
@@ -21,10 +271,422 @@ class ReadPath:
         self._clock = clock
         self._ranker = ranker
 
+    # ------------------------------------------------------------------ shared machinery
+
+    def _now(self, binding: HostBinding) -> datetime:
+        now = self._clock.now()
+        if binding.deadline is not None and now >= binding.deadline:
+            raise EngramError(ErrorCode.DEADLINE_EXCEEDED)
+        return now
+
+    @contextmanager
+    def _reading(self, scope: str) -> Iterator[StoreReader]:
+        try:
+            with self._store.read(scope) as reader:
+                yield reader
+        except StoreUnavailableError as exc:
+            raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=str(exc)) from exc
+        except StoreCorruptError as exc:
+            raise EngramError(exc.code, detail=str(exc)) from exc
+
+    def _allowlist(self, binding: HostBinding) -> tuple[str, ...] | None:
+        try:
+            allowlist = self._policy.redaction_allowlist(binding)
+        except Exception as exc:
+            raise EngramError(ErrorCode.POLICY_UNAVAILABLE, detail=type(exc).__name__) from exc
+        return None if allowlist is None else tuple(allowlist)
+
+    def _open(self, scope: str, row: RecordRow) -> dict[str, Any]:
+        """Open and re-derive an eligible record's sealed body.
+
+        Raises:
+            EngramError: ``BLOB_MISSING`` (no body, key gone) or ``JOURNAL_CORRUPT`` (the body does
+                not authenticate or does not re-derive its id and digest).
+            _ConcurrentErasureError: the key is gone because the record was forgotten meanwhile.
+        """
+        if row.sealed is None:
+            raise EngramError(ErrorCode.BLOB_MISSING, detail="eligible record has no body")
+        try:
+            plaintext = self._vault.open(row.sealed, record_context(scope, row.record_id))
+        except KeyUnavailableError as exc:
+            if self._erased_meanwhile(scope, row):
+                raise _ConcurrentErasureError from exc
+            raise EngramError(ErrorCode.BLOB_MISSING, detail="record key unavailable") from exc
+        except SealIntegrityError as exc:
+            raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="record body altered") from exc
+        try:
+            record = json.loads(plaintext)
+            ok = (
+                isinstance(record, dict)
+                and record.get("record_id") == row.record_id
+                and record.get("record_digest") == row.record_digest
+                and digest(Domain.RECORD, {k: v for k, v in record.items() if k not in {"record_id", "record_digest"}})
+                == row.record_digest
+            )
+        except (ValueError, CanonicalError) as exc:
+            raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="record body unreadable") from exc
+        if not ok:
+            raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="record body does not re-derive")
+        opened: dict[str, Any] = record
+        return opened
+
+    def _erased_meanwhile(self, scope: str, row: RecordRow) -> bool:
+        """Whether a fresh view shows the record changed since ``row`` was read (a concurrent forget)."""
+        with self._reading(scope) as fresh:
+            current = fresh.record(row.record_id)
+        return current is None or current.sealed != row.sealed or current.state != row.state
+
+    def _redaction(
+        self, record: dict[str, Any], allowlist: tuple[str, ...] | None
+    ) -> tuple[dict[str, Any], list[str], str]:
+        redacted, removed = redact_record(record, allowlist)
+        receipt = receipt_digest(
+            Domain.RECALL_REDACTION,
+            {
+                "record_id": record["record_id"],
+                "record_digest": record["record_digest"],
+                "policy_version": self._policy.policy_version,
+                "redacted_fields": removed,
+            },
+            "redaction_receipt_digest",
+        )
+        return redacted, removed, receipt
+
+    def _authorization(self, tool: str, binding: HostBinding, target: str, now: datetime) -> str:
+        return authorization_receipt(
+            tool=tool,
+            scope=binding.scope,
+            principal=binding.principal,
+            agent_id=binding.agent_id,
+            session=binding.session,
+            purpose_ref=binding.purpose_ref,
+            target=target,
+            policy_id=self._policy.policy_id,
+            policy_version=self._policy.policy_version,
+            checked_at=format_instant(now),
+        )
+
+    @staticmethod
+    def _revalidation(
+        operation: str,
+        record_ids: list[str],
+        *,
+        valid_as_of: int,
+        system_as_of: int,
+        high_water: int,
+        authorization: str,
+    ) -> str:
+        """Receipt of the eligibility re-check of the records actually materialised."""
+        return receipt_digest(
+            Domain.REVALIDATION_PACKET,
+            {
+                "operation": operation,
+                "record_ids": record_ids,
+                "eligible_record_ids": record_ids,
+                "removed": [],
+                "valid_as_of": valid_as_of,
+                "system_as_of": format_cursor(system_as_of),
+                "validated_through_cursor": format_cursor(high_water),
+                "authorization_receipt_digest": authorization,
+            },
+        )
+
+    # ------------------------------------------------------------------ search
+
     def search(self, binding: HostBinding, args: SearchArgs) -> SearchResult:
-        """Not yet available."""
-        raise EngramError(ErrorCode.CAPABILITY_UNAVAILABLE, detail="search not implemented yet")
+        """One page of current records of the bound scope, ranked, with a rank receipt.
+
+        Raises:
+            EngramError: ``RANKING_UNAVAILABLE``, ``STALE_PAGE``, ``PROJECTION_OVERSIZED``,
+                ``RESULT_TOO_LARGE``, ``BLOB_MISSING``, ``JOURNAL_CORRUPT``, ``PROJECTION_STALE``,
+                ``STORE_UNAVAILABLE``, ``POLICY_UNAVAILABLE``, ``DEADLINE_EXCEEDED``.
+        """
+        if args.capability_policy.minimum_channels == "lexical_and_semantic" and (
+            "semantic" not in self._ranker.channels
+        ):
+            raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="no semantic channel; no lexical fallback")
+        for _attempt in range(_SEARCH_ATTEMPTS):
+            try:
+                return self._search_once(binding, args)
+            except _ConcurrentErasureError:
+                continue
+        raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="records kept being erased during the search")
+
+    def _binding_digest(self, binding: HostBinding, args: SearchArgs, config_digest: str) -> str:
+        return digest(
+            Domain.PAGE_CURSOR,
+            {
+                "tool": SEARCH,
+                "scope_ref": binding.scope,
+                "principal": binding.principal,
+                "purpose_ref": args.purpose_ref,
+                "query": args.query,
+                "limit": args.limit,
+                "max_packet_bytes": args.max_packet_bytes,
+                "capability_policy": {
+                    "minimum_channels": args.capability_policy.minimum_channels,
+                    "network": args.capability_policy.network,
+                },
+                "profile": self._ranker.profile,
+                "profile_config_digest": config_digest,
+            },
+        )
+
+    def _search_once(self, binding: HostBinding, args: SearchArgs) -> SearchResult:
+        now = self._now(binding)
+        now_ms = epoch_ms(now)
+        config = self._ranker.config()
+        config_digest = receipt_digest(Domain.RECALL_PROFILE_CONFIG, config, "profile_config_digest")
+        binding_digest = self._binding_digest(binding, args, config_digest)
+        codec = PageCursorCodec(self._store.secret())
+        pinned = None if args.page_cursor is None else codec.decode(args.page_cursor, binding_digest)
+        terms = tuple(self._ranker.tokenize(args.query))
+        allowlist = self._allowlist(binding)
+        with self._reading(binding.scope) as reader:
+            high_water = reader.high_water()
+            if pinned is None:
+                valid_as_of, system_as_of, offset = now_ms, high_water, 0
+            else:
+                valid_as_of, system_as_of, offset = pinned.valid_as_of, pinned.system_as_of, pinned.offset
+                if system_as_of > high_water:
+                    raise _stale("pinned system cursor is above the high water")
+            hits = self._ranker.rank(reader, RankingQuery(terms=terms, valid_as_of=valid_as_of, now_ms=now_ms))
+            ordering = _ordering_digest(hits)
+            if pinned is not None and (ordering != pinned.ordering_digest or offset >= len(hits)):
+                raise _stale("the ordering at the pinned instants changed")
+            ids_json = canonical_bytes([hit.record_id for hit in hits])
+            request = receipt_digest(
+                Domain.RECALL_REQUEST,
+                {
+                    "query": args.query,
+                    "purpose_ref": args.purpose_ref,
+                    "profile": self._ranker.profile,
+                    "valid_as_of": valid_as_of,
+                    "system_as_of": format_cursor(system_as_of),
+                    "capability_policy": {
+                        "minimum_channels": args.capability_policy.minimum_channels,
+                        "network": args.capability_policy.network,
+                    },
+                    "budgets": {
+                        "max_candidates": config.get("candidate_cap", CANDIDATE_CAP),
+                        "max_results": args.limit,
+                        "max_packet_bytes": args.max_packet_bytes,
+                    },
+                },
+                "request_digest",
+            )
+            authorization = self._authorization(SEARCH, binding, request, now)
+            candidate_ids = _single_member_digest(Domain.RECALL_CANDIDATES, "candidate_ids", ids_json)
+            snapshot_id = "memory:snapshot-" + format_cursor(system_as_of)
+            snapshot = receipt_digest(
+                Domain.ACCEPTED_SNAPSHOT,
+                {
+                    "snapshot_id": snapshot_id,
+                    "system_as_of": format_cursor(system_as_of),
+                    "valid_as_of": valid_as_of,
+                    "journal_event_digest": _event_digest_at(reader, system_as_of),
+                    "eligibility_digest": digest(
+                        Domain.ACCEPTED_ELIGIBILITY,
+                        {
+                            "candidate_ids_digest": candidate_ids,
+                            "valid_as_of": valid_as_of,
+                            "system_as_of": format_cursor(system_as_of),
+                        },
+                    ),
+                },
+            )
+            receipt: dict[str, Any] = {
+                "request_digest": request,
+                "authorization_receipt_digest": authorization,
+                "profile": self._ranker.profile,
+                "profile_version": str(config.get("profile_version", "")),
+                "profile_config_digest": config_digest,
+                "valid_as_of": valid_as_of,
+                "system_as_of": format_cursor(system_as_of),
+                "snapshot_id": snapshot_id,
+                "snapshot_digest": snapshot,
+                "candidate_count": len(hits),
+                "candidate_ids_digest": candidate_ids,
+                "scoring_formula_ref": str(config.get("scoring_formula_ref", "")),
+                "ordered_ids_digest": _single_member_digest(Domain.RECALL_ORDERED, "ordered_ids", ids_json),
+                "revalidation_receipt_digest": _PLACEHOLDER_DIGEST,
+                "projection_receipt_digests": [],
+                "issued_at": format_instant(now),
+                "receipt_digest": _PLACEHOLDER_DIGEST,
+            }
+
+            def cursor_at(position: int) -> str:
+                pins = PageCursor(
+                    offset=position, valid_as_of=valid_as_of, system_as_of=system_as_of, ordering_digest=ordering
+                )
+                return codec.encode(pins, binding_digest)
+
+            skeleton = {
+                "records": [],
+                "rank_receipt": receipt,
+                "next_page_cursor": cursor_at(len(hits)),
+                "response_digest": _PLACEHOLDER_DIGEST,
+            }
+            room = TRANSPORT_CAP - (len(canonical_bytes(skeleton)) - len(b"[]"))
+            packets = self._materialise(
+                reader,
+                binding.scope,
+                hits[offset : offset + args.limit],
+                allowlist=allowlist,
+                first_rank=offset + 1,
+                max_packet_bytes=args.max_packet_bytes,
+                room=room,
+                valid_as_of=valid_as_of,
+                now_ms=now_ms,
+            )
+        page_ids = [packet.record["record_id"] for packet in packets]
+        receipt["revalidation_receipt_digest"] = self._revalidation(
+            "recall_current",
+            page_ids,
+            valid_as_of=valid_as_of,
+            system_as_of=system_as_of,
+            high_water=high_water,
+            authorization=authorization,
+        )
+        receipt["receipt_digest"] = receipt_digest(Domain.RANK_RECEIPT, receipt)
+        next_offset = offset + len(packets)
+        result = SearchResult(
+            records=tuple(packets),
+            rank_receipt=receipt,
+            next_page_cursor=cursor_at(next_offset) if next_offset < len(hits) else None,
+            response_digest=_PLACEHOLDER_DIGEST,
+        )
+        value = result.to_json()
+        del value["response_digest"]
+        body = canonical_bytes(value)
+        if len(body) + _DIGEST_MEMBER_BYTES > TRANSPORT_CAP:  # pragma: no cover - the room check prevents it
+            raise EngramError(ErrorCode.RESULT_TOO_LARGE, detail="search value over the transport cap")
+        return attrs.evolve(result, response_digest=digest_bytes(Domain.SEARCH_RESPONSE, body))
+
+    def _materialise(
+        self,
+        reader: StoreReader,
+        scope: str,
+        page: Sequence[RankedHit],
+        *,
+        allowlist: tuple[str, ...] | None,
+        first_rank: int,
+        max_packet_bytes: int,
+        room: int,
+        valid_as_of: int,
+        now_ms: int,
+    ) -> list[RecordPacket]:
+        """Open, re-check, redact and budget the records of one page, in rank order."""
+        packets: list[RecordPacket] = []
+        used = len(b"[]")
+        for index, hit in enumerate(page):
+            row = reader.record(hit.record_id)
+            if row is None or not row_is_eligible(row, valid_as_of=valid_as_of, now_ms=now_ms):
+                raise EngramError(ErrorCode.PROJECTION_STALE, detail="ranked record is not eligible")
+            record = self._open(scope, row)
+            redacted, removed, redaction = self._redaction(record, allowlist)
+            packet = RecordPacket(
+                record=redacted,
+                redacted_fields=tuple(removed),
+                redaction_receipt_digest=redaction,
+                score=hit.score,
+                rank=first_rank + index,
+            )
+            size = len(canonical_bytes(packet.to_json())) + (1 if packets else 0)
+            if used + size > min(max_packet_bytes, room):
+                if packets:
+                    break
+                if used + size > max_packet_bytes:
+                    raise EngramError(ErrorCode.PROJECTION_OVERSIZED, detail="one record exceeds max_packet_bytes")
+                raise EngramError(ErrorCode.RESULT_TOO_LARGE, detail="one record exceeds the transport cap")
+            used += size
+            packets.append(packet)
+        return packets
+
+    # ------------------------------------------------------------------ get
 
     def get(self, binding: HostBinding, args: GetArgs) -> GetResult:
-        """Not yet available."""
-        raise EngramError(ErrorCode.CAPABILITY_UNAVAILABLE, detail="get not implemented yet")
+        """One current record of the bound scope at a fresh pin, with a read receipt.
+
+        Raises:
+            EngramError: ``NOT_FOUND`` (unknown, other scope, or not eligible: one answer),
+                ``PROJECTION_OVERSIZED``, ``RESULT_TOO_LARGE``, ``BLOB_MISSING``, ``JOURNAL_CORRUPT``.
+        """
+        now = self._now(binding)
+        now_ms = epoch_ms(now)
+        scope = binding.scope
+        allowlist = self._allowlist(binding)
+        with self._reading(scope) as reader:
+            high_water = reader.high_water()
+            row = reader.record(args.record_id)
+            if row is None or not row_is_eligible(row, valid_as_of=now_ms, now_ms=now_ms):
+                raise EngramError(ErrorCode.NOT_FOUND)
+            try:
+                record = self._open(scope, row)
+            except _ConcurrentErasureError as exc:
+                raise EngramError(ErrorCode.NOT_FOUND) from exc
+        redacted, removed, redaction = self._redaction(record, allowlist)
+        if len(canonical_bytes(redacted)) > args.max_packet_bytes:
+            raise EngramError(ErrorCode.PROJECTION_OVERSIZED, detail="record exceeds max_packet_bytes")
+        authorization = self._authorization(GET, binding, args.record_id, now)
+        read_receipt: dict[str, Any] = {
+            "record_id": row.record_id,
+            "record_digest": row.record_digest,
+            "valid_as_of": now_ms,
+            "system_as_of": format_cursor(high_water),
+            "validated_through_cursor": format_cursor(high_water),
+            "authorization_receipt_digest": authorization,
+            "revalidation_receipt_digest": self._revalidation(
+                "get",
+                [row.record_id],
+                valid_as_of=now_ms,
+                system_as_of=high_water,
+                high_water=high_water,
+                authorization=authorization,
+            ),
+            "checked_at": format_instant(now),
+        }
+        read_receipt["receipt_digest"] = receipt_digest(Domain.READ_RECEIPT, read_receipt)
+        result = GetResult(
+            record=redacted,
+            redacted_fields=tuple(removed),
+            redaction_receipt_digest=redaction,
+            read_receipt=read_receipt,
+            packet_digest=_PLACEHOLDER_DIGEST,
+        )
+        value = result.to_json()
+        del value["packet_digest"]
+        body = canonical_bytes(value)
+        if len(body) + len(',"packet_digest":""') + len(ZERO_DIGEST) > TRANSPORT_CAP:
+            raise EngramError(ErrorCode.RESULT_TOO_LARGE, detail="get value over the transport cap")
+        return attrs.evolve(result, packet_digest=digest_bytes(Domain.GET_PACKET, body))
+
+
+def _ordering_digest(hits: Sequence[RankedHit]) -> str:
+    """Digest of the whole ordering a cursor was issued for: ids, scores and recencies.
+
+    Internal to the cursor (never published), so it hashes an exact binary form: each id (ASCII,
+    no NUL) followed by a NUL and the big-endian IEEE-754 doubles of score and recency.
+    """
+    encoded = b"".join(
+        hit.record_id.encode("utf-8") + b"\0" + struct.pack(">dd", hit.score, hit.recency) for hit in hits
+    )
+    return digest_bytes(Domain.PAGE_CURSOR, encoded)
+
+
+def _single_member_digest(domain: Domain, key: str, canonical_value: bytes) -> str:
+    """``digest(domain, {key: value})`` from the already canonical bytes of ``value``.
+
+    The JCS form of a one-member object is ``{"key":value}``; building it from bytes canonicalised
+    once lets the ordered and candidate id lists (up to 2,000 ids each) share one canonicalisation.
+    """
+    return digest_bytes(domain, b"{" + canonical_bytes(key) + b":" + canonical_value + b"}")
+
+
+def _event_digest_at(reader: StoreReader, cursor: int) -> str:
+    """The ``event_digest`` of the scope's journal event at ``cursor`` (the zero digest at 0)."""
+    if cursor <= 0:
+        return ZERO_DIGEST
+    for event in reader.events(after=cursor - 1):
+        return event.event_digest
+    return ZERO_DIGEST  # pragma: no cover - cursor <= high water always has an event

@@ -1,0 +1,40 @@
+"""The read eligibility rule (DESIGN D10/D11), in one place for search, get and the ranker.
+
+A record is readable at the pinned instant ``valid_as_of`` (epoch ms) and the wall-clock instant
+``now_ms`` iff it is ``accepted_current``, its trust is valid, ``valid_from <= valid_as_of``, the
+closed interval has not ended (``valid_to`` absent or ``valid_as_of <= valid_to``) and its
+retention has not expired (``expires_at_ms`` absent or ``now_ms < expires_at_ms``).
+"""
+
+from __future__ import annotations
+
+from engram_memory.ports import Posting, RecordRow
+
+__all__ = ["is_valid_at", "posting_is_eligible", "row_is_eligible"]
+
+
+def is_valid_at(
+    valid_from: int, valid_to: int | None, expires_at_ms: int | None, *, valid_as_of: int, now_ms: int
+) -> bool:
+    """Whether a closed valid-time interval holds at ``valid_as_of`` and retention is not past."""
+    if valid_from > valid_as_of:
+        return False
+    if valid_to is not None and valid_as_of > valid_to:
+        return False
+    return expires_at_ms is None or now_ms < expires_at_ms
+
+
+def posting_is_eligible(posting: Posting, *, valid_as_of: int, now_ms: int) -> bool:
+    """The time part of eligibility, from the copy of the inputs an index posting carries."""
+    return is_valid_at(
+        posting.valid_from, posting.valid_to, posting.expires_at_ms, valid_as_of=valid_as_of, now_ms=now_ms
+    )
+
+
+def row_is_eligible(row: RecordRow, *, valid_as_of: int, now_ms: int) -> bool:
+    """Full eligibility of a record row: lifecycle state, trust and time."""
+    return (
+        row.state == "accepted_current"
+        and row.trust_valid
+        and is_valid_at(row.valid_from, row.valid_to, row.expires_at_ms, valid_as_of=valid_as_of, now_ms=now_ms)
+    )
