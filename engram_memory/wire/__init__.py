@@ -31,12 +31,14 @@ from engram_memory.wire.converter import (
     parse_json,
     unstructure_args,
 )
+from engram_memory.wire.descriptors import tool_descriptors
 from engram_memory.wire.envelope import (
     failure_envelope,
     success_envelope,
     to_envelope,
     to_mcp_call_result,
 )
+from engram_memory.wire.schemas import input_schema, output_envelope_schema, output_schema
 
 __all__ = [
     "ARGS_BY_TOOL",
@@ -59,11 +61,15 @@ __all__ = [
     "ValidTime",
     "WithdrawArgs",
     "failure_envelope",
+    "input_schema",
     "make_converter",
+    "output_envelope_schema",
+    "output_schema",
     "parse_args",
     "parse_json",
     "success_envelope",
     "to_envelope",
     "to_mcp_call_result",
+    "tool_descriptors",
     "unstructure_args",
 ]

@@ -45,7 +45,7 @@ def _refs(low: int, high: int) -> Any:
     return attrs.field(
         converter=tuple,
         validator=[
-            attrs.validators.deep_iterable(lim.opaque_ref),
+            lim.each(lim.opaque_ref),
             lim.list_len(low, high),
             lim.unique_items,
         ],
@@ -160,7 +160,7 @@ class Reconciliation:
     family_refs: tuple[str, ...] = attrs.field(
         converter=tuple,
         validator=[
-            attrs.validators.deep_iterable(lim.opaque_ref),
+            lim.each(lim.opaque_ref),
             lim.list_len(0, lim.FAMILY_REFS_MAX),
             lim.sorted_unique,
         ],

@@ -79,10 +79,10 @@ def _exact_str(value: Any, _: type) -> str:
 def _exact_int(value: Any, _: type) -> int:
     if type(value) is int:
         return value
-    if type(value) is float and value.is_integer() and math.copysign(1.0, value) > 0:
+    if type(value) is float and value.is_integer():
+        if value == 0 and math.copysign(1.0, value) < 0:
+            raise _WireTypeError("negative zero is not an integer")
         return int(value)
-    if type(value) is float and value == 0:
-        raise _WireTypeError("negative zero is not an integer")
     raise _WireTypeError("expected an integer")
 
 
@@ -283,6 +283,13 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="number out of range")
+    return value
+
+
 def parse_json(data: bytes | str) -> Any:
     """Parse raw JSON the way the contract needs, for hosts that own the request bytes.
 
@@ -303,6 +310,7 @@ def parse_json(data: bytes | str) -> Any:
             object_pairs_hook=_reject_duplicates,
             parse_constant=_reject_constant,
             parse_int=_parse_int,
+            parse_float=_parse_float,
         )
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="not valid JSON") from exc

@@ -33,6 +33,7 @@ __all__ = [
     "RECORD_ID_PATTERN",
     "TEXT_BYTES",
     "digest_field",
+    "each",
     "free_text",
     "idempotency_key",
     "instant",
@@ -145,6 +146,19 @@ def list_len(low: int, high: int) -> Validator:
     def check(_inst: Any, attribute: attrs.Attribute[Any], value: Sequence[Any]) -> None:
         if not low <= len(value) <= high:
             raise _fail(attribute, f"list has {len(value)} items, allowed {low}..{high}")
+
+    return check
+
+
+def each(item_validator: Validator) -> Validator:
+    """Apply ``item_validator`` to every item, reporting the item's own pointer (``/field/3``)."""
+
+    def check(inst: Any, attribute: attrs.Attribute[Any], value: Sequence[Any]) -> None:
+        for index, item in enumerate(value):
+            try:
+                item_validator(inst, attribute, item)
+            except EngramError as exc:
+                raise EngramError(exc.code, pointer=f"/{attribute.name}/{index}", detail="item invalid") from exc
 
     return check
 

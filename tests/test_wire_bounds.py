@@ -1,0 +1,714 @@
+"""Every bound of the contract at bound - 1, bound and bound + 1, and every strictness rule of the parser.
+
+Each rejection is checked for its code *and* its JSON pointer. Byte bounds are probed with a
+3-byte character ("€") at the edge, so the character count stays under the bound while the byte
+count is over it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import pytest
+
+from engram_memory.canonical import canonical_bytes
+from engram_memory.errors import EngramError, ErrorCode
+from engram_memory.wire import ARGS_BY_TOOL, CaptureArgs, SearchArgs, parse_args, parse_json
+from tests.wire_strategies import (
+    BAD_DIGESTS,
+    BAD_INSTANTS,
+    BAD_RECORD_IDS,
+    COMPOSES_3_TO_2,
+    EURO,
+    MAX_SAFE,
+    TOOLS,
+    sized,
+    under_bytes,
+)
+
+Json = Any
+SCHEMA: Final = ErrorCode.INVALID_SCHEMA
+DIGEST: Final = ErrorCode.INVALID_DIGEST
+D: Final = "sha256:" + "0" * 64
+KEY: Final = "idempotency-key-0001"
+ONE_MIB: Final = 1_048_576
+_DELETE: Final = object()
+Expected = tuple[ErrorCode, str] | None
+"""``None``: accepted; else the code and JSON pointer of the rejection."""
+
+
+# --------------------------------------------------------------------------- base arguments
+
+
+def _capture() -> dict[str, Json]:
+    return {
+        "idempotency_key": KEY,
+        "payload": {
+            "schema_version": 2,
+            "purpose_ref": "purpose-1",
+            "valid_time": {"t": 1000, "t_end": 2000},
+            "components": [
+                {"component_id": "k1", "kind": "decision", "text": "Use WAL mode.", "citation_ids": ["c1"]},
+                {
+                    "component_id": "k2",
+                    "kind": "context",
+                    "text": "Readers block writers otherwise.",
+                    "citation_ids": ["c1", "c2"],
+                },
+            ],
+            "primary_component_id": "k1",
+            "primary_event": {"at": 1500, "type_ref": "decided", "citation_id": "c1"},
+            "citations": [
+                {
+                    "citation_id": "c1",
+                    "source_ref": "adr-7",
+                    "locator": {"scheme": "line", "value": "3"},
+                    "content_digest": D,
+                    "observed_at": "2026-01-01T00:00:00.000Z",
+                },
+                {
+                    "citation_id": "c2",
+                    "source_ref": "adr-8",
+                    "locator": {"scheme": "line", "value": "9"},
+                    "content_digest": D,
+                },
+            ],
+            "retention": {"derivative_rule": "make-ineligible", "expires_at": "2027-01-01T00:00:00.000Z"},
+            "reconciliation": {"family_refs": ["fam-a", "fam-b"]},
+        },
+        "evidence": {
+            "evidence_ref": "ev-1",
+            "evidence_digest": D,
+            "citation_ids": ["c2"],
+            "attestation": "checked by hand",
+        },
+    }
+
+
+BASES: Final[Mapping[str, dict[str, Json]]] = {
+    "engram_memory_search": {
+        "query": "sqlite wal mode",
+        "purpose_ref": "purpose-1",
+        "limit": 10,
+        "max_packet_bytes": 65_536,
+        "capability_policy": {"minimum_channels": "lexical", "network": "forbid"},
+        "page_cursor": "cursor-1",
+    },
+    "engram_memory_get": {"record_id": "mem_abc234", "purpose_ref": "purpose-1", "max_packet_bytes": 65_536},
+    "engram_memory_capture": _capture(),
+    "engram_memory_request_admission": {"candidate_id": "candidate_1", "idempotency_key": KEY},
+    "engram_memory_withdraw": {"candidate_id": "candidate_1", "idempotency_key": KEY, "reason_ref": "mistake"},
+    "engram_memory_forget": {"record_id": "mem_abc234", "idempotency_key": KEY, "reason_ref": "wrong"},
+}
+"""One valid argument object per tool, with every optional field present."""
+
+OPTIONAL: Final = frozenset(
+    {
+        "limit",
+        "max_packet_bytes",
+        "capability_policy",
+        "page_cursor",
+        "minimum_channels",
+        "network",
+        "t_end",
+        "observed_at",
+        "retention",
+        "reconciliation",
+        "expires_at",
+        "attestation",
+    }
+)
+
+# Values that refer to each other in the base capture: renaming one means renaming the group.
+C1_GROUP: Final = (
+    "/payload/citations/0/citation_id",
+    "/payload/components/0/citation_ids/0",
+    "/payload/components/1/citation_ids/0",
+    "/payload/primary_event/citation_id",
+)
+C2_GROUP: Final = (
+    "/payload/citations/1/citation_id",
+    "/payload/components/1/citation_ids/1",
+    "/evidence/citation_ids/0",
+)
+K1_GROUP: Final = ("/payload/components/0/component_id", "/payload/primary_component_id")
+GROUPS: Final = {pointer: group for group in (C1_GROUP, C2_GROUP, K1_GROUP) for pointer in group}
+
+
+def _segments(pointer: str) -> list[str]:
+    return [part.replace("~1", "/").replace("~0", "~") for part in pointer.split("/")[1:]]
+
+
+def edited(tool: str, edits: Mapping[str, Json], base: dict[str, Json] | None = None) -> dict[str, Json]:
+    """A deep copy of the base arguments with each JSON pointer set (or deleted with ``_DELETE``)."""
+    out = copy.deepcopy(BASES[tool] if base is None else base)
+    for pointer, value in edits.items():
+        *parents, last = _segments(pointer)
+        node: Any = out
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        if value is _DELETE:
+            del node[int(last) if isinstance(node, list) else last]
+        elif isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+    return out
+
+
+def consistent(tool: str, pointer: str, value: Json) -> dict[str, Json]:
+    """Set ``pointer`` and every value that must stay equal to it."""
+    group = GROUPS.get(pointer, (pointer,)) if tool == "engram_memory_capture" else (pointer,)
+    return edited(tool, dict.fromkeys(group, value))
+
+
+def check(tool: str, arguments: Json, expected: Expected) -> Any:
+    """Parse and compare with the expectation; return the typed arguments when accepted."""
+    if expected is None:
+        return parse_args(ARGS_BY_TOOL[tool], arguments)
+    with pytest.raises(EngramError) as info:
+        parse_args(ARGS_BY_TOOL[tool], arguments)
+    assert (info.value.code, info.value.pointer) == expected
+    return None
+
+
+def case(tool: str, arguments: Json, expected: Expected, name: str) -> Any:
+    short = tool.removeprefix("engram_memory_")
+    return pytest.param(tool, arguments, expected, id=f"{short}:{name}")
+
+
+def _item_pointer(pointer: str) -> bool:
+    return pointer.rsplit("/", 1)[-1].isdigit()
+
+
+# --------------------------------------------------------------------------- byte-bounded strings
+
+STRING_FIELDS: Final = (
+    ("engram_memory_search", "/query", 1, 8192),
+    ("engram_memory_search", "/purpose_ref", 1, 512),
+    ("engram_memory_search", "/page_cursor", 1, 512),
+    ("engram_memory_get", "/purpose_ref", 1, 512),
+    ("engram_memory_capture", "/idempotency_key", 16, 256),
+    ("engram_memory_capture", "/payload/purpose_ref", 1, 512),
+    ("engram_memory_capture", "/payload/components/1/component_id", 1, 512),
+    ("engram_memory_capture", "/payload/components/0/text", 1, 65_536),
+    ("engram_memory_capture", "/payload/components/1/citation_ids/1", 1, 512),
+    ("engram_memory_capture", "/payload/primary_component_id", 1, 512),
+    ("engram_memory_capture", "/payload/primary_event/type_ref", 1, 512),
+    ("engram_memory_capture", "/payload/primary_event/citation_id", 1, 512),
+    ("engram_memory_capture", "/payload/citations/1/citation_id", 1, 512),
+    ("engram_memory_capture", "/payload/citations/0/source_ref", 1, 512),
+    ("engram_memory_capture", "/payload/citations/0/locator/scheme", 1, 512),
+    ("engram_memory_capture", "/payload/citations/0/locator/value", 1, 512),
+    ("engram_memory_capture", "/payload/reconciliation/family_refs/0", 1, 512),
+    ("engram_memory_capture", "/evidence/evidence_ref", 1, 512),
+    ("engram_memory_capture", "/evidence/citation_ids/0", 1, 512),
+    ("engram_memory_capture", "/evidence/attestation", 0, 4096),
+    ("engram_memory_request_admission", "/candidate_id", 1, 512),
+    ("engram_memory_request_admission", "/idempotency_key", 16, 256),
+    ("engram_memory_withdraw", "/candidate_id", 1, 512),
+    ("engram_memory_withdraw", "/idempotency_key", 16, 256),
+    ("engram_memory_withdraw", "/reason_ref", 1, 512),
+    ("engram_memory_forget", "/idempotency_key", 16, 256),
+    ("engram_memory_forget", "/reason_ref", 1, 512),
+)
+
+
+def _string_cases() -> Iterator[Any]:
+    for tool, pointer, low, high in STRING_FIELDS:
+        if low > 0:
+            yield case(tool, edited(tool, {pointer: under_bytes(low - 1)}), (SCHEMA, pointer), f"{pointer}={low - 1}B")
+        for size in sorted({low, low + 1, high - 1, high}):
+            yield case(tool, consistent(tool, pointer, sized(size)), None, f"{pointer}={size}B")
+        yield case(tool, edited(tool, {pointer: sized(high + 1)}), (SCHEMA, pointer), f"{pointer}={high + 1}B")
+
+
+@pytest.mark.parametrize(("tool", "arguments", "expected"), list(_string_cases()))
+def test_string_byte_bounds(tool: str, arguments: Json, expected: Expected) -> None:
+    """Strings are bounded in UTF-8 bytes (after NFC for free text); the pointer names the string.
+
+    An invalid item of a list names the item (``/citation_ids/0``), as a wrong-typed item does.
+    """
+    check(tool, arguments, expected)
+
+
+def test_sized_strings_have_fewer_characters_than_bytes() -> None:
+    over = sized(513)
+    assert len(over.encode("utf-8")) == 513
+    assert len(over) == 511
+    assert over.endswith(EURO)
+
+
+# --------------------------------------------------------------------------- record ids
+
+RECORD_ID_CASES: Final = [
+    *(
+        case(tool, edited(tool, {"/record_id": "mem_" + "a" * n}), None, f"record_id={4 + n}B")
+        for tool in ("engram_memory_get", "engram_memory_forget")
+        for n in (1, 2, 507, 508)
+    ),
+    *(
+        case(tool, edited(tool, {"/record_id": bad}), (SCHEMA, "/record_id"), f"record_id={bad!r}")
+        for tool in ("engram_memory_get", "engram_memory_forget")
+        for bad in BAD_RECORD_IDS
+    ),
+]
+
+
+@pytest.mark.parametrize(("tool", "arguments", "expected"), RECORD_ID_CASES)
+def test_record_id_pattern_and_length(tool: str, arguments: Json, expected: Expected) -> None:
+    """record_id matches ^mem_[a-z2-7]+$ (no trailing newline) and is at most 512 bytes."""
+    check(tool, arguments, expected)
+
+
+# --------------------------------------------------------------------------- integers
+
+INT_FIELDS: Final[tuple[tuple[str, str, int, int, dict[str, Any]], ...]] = (
+    ("engram_memory_search", "/limit", 1, 50, {}),
+    ("engram_memory_search", "/max_packet_bytes", 4096, 1_048_576, {}),
+    ("engram_memory_get", "/max_packet_bytes", 4096, 1_048_576, {}),
+    ("engram_memory_capture", "/payload/valid_time/t", -MAX_SAFE, MAX_SAFE, {"/payload/valid_time/t_end": _DELETE}),
+    ("engram_memory_capture", "/payload/valid_time/t_end", -MAX_SAFE, MAX_SAFE, {"/payload/valid_time/t": -MAX_SAFE}),
+    ("engram_memory_capture", "/payload/primary_event/at", -MAX_SAFE, MAX_SAFE, {}),
+)
+
+
+def _integer_cases() -> Iterator[Any]:
+    for tool, pointer, low, high, context in INT_FIELDS:
+        for value in (low - 1, high + 1):
+            yield case(tool, edited(tool, {**context, pointer: value}), (SCHEMA, pointer), f"{pointer}={value}")
+        for value in (low, low + 1, high - 1, high):
+            yield case(tool, edited(tool, {**context, pointer: value}), None, f"{pointer}={value}")
+
+
+@pytest.mark.parametrize(("tool", "arguments", "expected"), list(_integer_cases()))
+def test_integer_bounds(tool: str, arguments: Json, expected: Expected) -> None:
+    """Integers at each bound pass; one past fails (2**53 and -(2**53) are unsafe)."""
+    check(tool, arguments, expected)
+
+
+@pytest.mark.parametrize("pointer", ["/payload/valid_time/t", "/payload/primary_event/at"])
+@pytest.mark.parametrize("value", [2**53, -(2**53), 2**64, float(2**53)])
+def test_unsafe_integers_are_refused(pointer: str, value: float) -> None:
+    tool = "engram_memory_capture"
+    check(tool, edited(tool, {pointer: value, "/payload/valid_time/t_end": _DELETE}), (SCHEMA, pointer))
+
+
+@pytest.mark.parametrize(
+    ("pointer", "value"),
+    [("/payload/valid_time/t", -1.0), ("/payload/primary_event/at", -1500.0), ("/payload/valid_time/t_end", -5.0)],
+)
+def test_negative_integral_numbers_are_integers(pointer: str, value: float) -> None:
+    """-1.0 is the integer -1, exactly as 10.0 is the integer 10 (only -0 is refused)."""
+    tool = "engram_memory_capture"
+    typed = check(tool, edited(tool, {"/payload/valid_time/t": -MAX_SAFE, pointer: value}), None)
+    assert isinstance(typed, CaptureArgs)
+
+
+# --------------------------------------------------------------------------- list lengths
+
+
+def capture_lists(
+    *, citations: int = 2, components: int = 2, cited: int = 1, evidence: int = 1, families: int = 2
+) -> dict[str, Json]:
+    """A consistent capture with the given list lengths (ids c0.., k0.., f000..)."""
+    args = _capture()
+    payload = args["payload"]
+    citation_ids = [f"c{i}" for i in range(citations)]
+    payload["citations"] = [{**payload["citations"][1], "citation_id": cid} for cid in citation_ids]
+    payload["components"] = [
+        {
+            "component_id": f"k{i}",
+            "kind": "context",
+            "text": "text",
+            "citation_ids": [f"c{j}" for j in range(cited)] if i == 0 else ["c0"],
+        }
+        for i in range(components)
+    ]
+    payload["primary_component_id"] = "k0"
+    payload["primary_event"]["citation_id"] = "c0"
+    payload["reconciliation"]["family_refs"] = [f"f{i:03d}" for i in range(families)]
+    args["evidence"]["citation_ids"] = [f"c{i}" for i in range(evidence)]
+    return args
+
+
+LIST_FIELDS: Final = (
+    ("/payload/components", 1, 64, "components"),
+    ("/payload/citations", 1, 256, "citations"),
+    ("/payload/components/0/citation_ids", 1, 256, "cited"),
+    ("/evidence/citation_ids", 1, 256, "evidence"),
+    ("/payload/reconciliation/family_refs", 0, 64, "families"),
+)
+
+
+def _list_cases() -> Iterator[Any]:
+    tool = "engram_memory_capture"
+    for pointer, low, high, knob in LIST_FIELDS:
+        for count in (low - 1, low, low + 1, high - 1, high, high + 1):
+            if count < 0:
+                continue
+            sizes = {knob: count}
+            if knob in {"cited", "evidence"}:
+                sizes["citations"] = min(max(count, 1), 256)
+            expected: Expected = None if low <= count <= high else (SCHEMA, pointer)
+            yield case(tool, capture_lists(**sizes), expected, f"{pointer}={count}")
+
+
+@pytest.mark.parametrize(("tool", "arguments", "expected"), list(_list_cases()))
+def test_list_lengths(tool: str, arguments: Json, expected: Expected) -> None:
+    check(tool, arguments, expected)
+
+
+# --------------------------------------------------------------------------- structure and types
+
+
+def _nodes(value: Json, pointer: str = "") -> Iterator[tuple[str, Json]]:
+    yield pointer, value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _nodes(item, f"{pointer}/{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _nodes(item, f"{pointer}/{index}")
+
+
+def _structure_cases() -> Iterator[Any]:
+    for tool in TOOLS:
+        for pointer, value in _nodes(BASES[tool]):
+            if isinstance(value, dict):
+                extra = f"{pointer}/zz_extra"
+                yield case(tool, edited(tool, {extra: "x"}), (SCHEMA, extra), f"extra {extra}")
+            if not pointer:
+                continue
+            name = pointer.rsplit("/", 1)[-1]
+            if not name.isdigit():
+                removed: Expected = None if name in OPTIONAL else (SCHEMA, pointer)
+                yield case(tool, edited(tool, {pointer: _DELETE}), removed, f"missing {pointer}")
+                yield case(tool, edited(tool, {pointer: None}), (SCHEMA, pointer), f"null {pointer}")
+            wrong = "x" if isinstance(value, list | dict) else []
+            yield case(tool, edited(tool, {pointer: wrong}), (SCHEMA, pointer), f"wrong type {pointer}")
+
+
+@pytest.mark.parametrize(("tool", "arguments", "expected"), list(_structure_cases()))
+def test_structure(tool: str, arguments: Json, expected: Expected) -> None:
+    """Extra properties at every level, missing fields, null for any field and wrong types."""
+    check(tool, arguments, expected)
+
+
+def _integer_type_cases() -> Iterator[Any]:
+    for tool in TOOLS:
+        for pointer, value in _nodes(BASES[tool]):
+            if type(value) is not int:
+                continue
+            for bad in (True, False, str(value), value + 0.5, [value]):
+                yield case(tool, edited(tool, {pointer: bad}), (SCHEMA, pointer), f"{pointer}={bad!r}")
+            yield case(tool, edited(tool, {pointer: float(value)}), None, f"{pointer}={float(value)!r}")
+
+
+@pytest.mark.parametrize(("tool", "arguments", "expected"), list(_integer_type_cases()))
+def test_integer_types(tool: str, arguments: Json, expected: Expected) -> None:
+    """Booleans, numeric strings and fractions are not integers; an integral number is."""
+    typed = check(tool, arguments, expected)
+    if typed is not None:
+        assert typed == parse_args(ARGS_BY_TOOL[tool], BASES[tool])
+
+
+@pytest.mark.parametrize(
+    ("tool", "pointer", "value"),
+    [
+        ("engram_memory_search", "/capability_policy/minimum_channels", "semantic"),
+        ("engram_memory_search", "/capability_policy/network", "Allow"),
+        ("engram_memory_capture", "/payload/components/0/kind", "note"),
+        ("engram_memory_capture", "/payload/retention/derivative_rule", "keep"),
+        ("engram_memory_capture", "/payload/schema_version", 1),
+        ("engram_memory_capture", "/payload/schema_version", 3),
+    ],
+)
+def test_enums_and_constants(tool: str, pointer: str, value: Json) -> None:
+    check(tool, edited(tool, {pointer: value}), (SCHEMA, pointer))
+
+
+def test_arguments_must_be_an_object() -> None:
+    raws: tuple[Json, ...] = ([], "x", 1, None)
+    for raw in raws:
+        check("engram_memory_get", raw, (SCHEMA, ""))
+
+
+# --------------------------------------------------------------------------- NFC
+
+REF_POINTERS: Final = (
+    ("engram_memory_search", "/purpose_ref"),
+    ("engram_memory_get", "/purpose_ref"),
+    ("engram_memory_capture", "/idempotency_key"),
+    ("engram_memory_capture", "/payload/purpose_ref"),
+    ("engram_memory_capture", "/payload/components/1/component_id"),
+    ("engram_memory_capture", "/payload/components/1/citation_ids/1"),
+    ("engram_memory_capture", "/payload/primary_component_id"),
+    ("engram_memory_capture", "/payload/primary_event/type_ref"),
+    ("engram_memory_capture", "/payload/primary_event/citation_id"),
+    ("engram_memory_capture", "/payload/citations/1/citation_id"),
+    ("engram_memory_capture", "/payload/citations/0/source_ref"),
+    ("engram_memory_capture", "/payload/citations/0/locator/scheme"),
+    ("engram_memory_capture", "/payload/citations/0/locator/value"),
+    ("engram_memory_capture", "/payload/reconciliation/family_refs/1"),
+    ("engram_memory_capture", "/evidence/evidence_ref"),
+    ("engram_memory_capture", "/evidence/citation_ids/0"),
+    ("engram_memory_request_admission", "/idempotency_key"),
+    ("engram_memory_withdraw", "/idempotency_key"),
+    ("engram_memory_withdraw", "/reason_ref"),
+    ("engram_memory_forget", "/idempotency_key"),
+    ("engram_memory_forget", "/reason_ref"),
+)
+
+
+@pytest.mark.parametrize(("tool", "pointer"), REF_POINTERS)
+def test_refs_and_keys_must_already_be_nfc(tool: str, pointer: str) -> None:
+    """A decomposed ref or key is refused, even though it is canonically equivalent."""
+    decomposed = "e\u0301" + "-0123456789abcdef"  # NFC would be "\u00e9-..."; 16+ bytes for keys
+    check(tool, edited(tool, {pointer: decomposed}), (SCHEMA, pointer))
+    composed = "\u00e9-0123456789abcdef"
+    check(tool, consistent(tool, pointer, composed), None)
+
+
+@pytest.mark.parametrize(
+    ("tool", "pointer", "attribute"),
+    [
+        ("engram_memory_search", "/page_cursor", "page_cursor"),
+        ("engram_memory_request_admission", "/candidate_id", "candidate_id"),
+        ("engram_memory_withdraw", "/candidate_id", "candidate_id"),
+    ],
+)
+def test_copied_values_are_kept_verbatim(tool: str, pointer: str, attribute: str) -> None:
+    typed = check(tool, edited(tool, {pointer: "e\u0301"}), None)
+    assert getattr(typed, attribute) == "e\u0301"
+
+
+def test_attestation_is_kept_verbatim_and_bounded_as_sent() -> None:
+    tool = "engram_memory_capture"
+    typed = check(tool, edited(tool, {"/evidence/attestation": "e\u0301"}), None)
+    assert typed.evidence.attestation == "e\u0301"
+    check(tool, edited(tool, {"/evidence/attestation": "e\u0301" * 1366}), (SCHEMA, "/evidence/attestation"))
+
+
+def test_query_is_normalised_to_nfc() -> None:
+    typed = check("engram_memory_search", edited("engram_memory_search", {"/query": "cafe\u0301"}), None)
+    assert isinstance(typed, SearchArgs)
+    assert typed.query == "caf\u00e9"
+
+
+def test_component_text_is_normalised_to_nfc() -> None:
+    tool = "engram_memory_capture"
+    typed = check(tool, edited(tool, {"/payload/components/0/text": "A\u030a ring"}), None)
+    assert typed.payload.components[0].text == "\u00c5 ring"
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        pytest.param("e\u0301" * 4096, None, id="12288-raw-bytes-8192-nfc"),
+        pytest.param(COMPOSES_3_TO_2 * 4096, None, id="12288-code-points-8192-nfc"),
+        pytest.param("e\u0301" * 4096 + "a", (SCHEMA, "/query"), id="8193-nfc"),
+        pytest.param("\ufb2c" * 1366, (SCHEMA, "/query"), id="4098-raw-bytes-8196-nfc"),
+        pytest.param("\ufb2c" * 1365, None, id="4095-raw-bytes-8190-nfc"),
+    ],
+)
+def test_free_text_bound_applies_to_the_normalised_text(query: str, expected: Expected) -> None:
+    check("engram_memory_search", edited("engram_memory_search", {"/query": query}), expected)
+
+
+# --------------------------------------------------------------------------- cross-references
+
+CROSS_REFERENCE_CASES: Final = [
+    pytest.param({"/payload/citations/1/citation_id": "c1"}, "/payload/citations/1/citation_id", id="dup-citation-id"),
+    pytest.param(
+        {"/payload/components/1/component_id": "k1"}, "/payload/components/1/component_id", id="dup-component-id"
+    ),
+    pytest.param(
+        {"/payload/components/1/citation_ids/1": "c9"},
+        "/payload/components/1/citation_ids/1",
+        id="component-cites-unknown",
+    ),
+    pytest.param(
+        {"/payload/components/1/citation_ids/1": "c1"},
+        "/payload/components/1/citation_ids",
+        id="dup-citation-in-component",
+    ),
+    pytest.param({"/payload/primary_component_id": "k9"}, "/payload/primary_component_id", id="unknown-primary"),
+    pytest.param(
+        {"/payload/primary_event/citation_id": "c9"}, "/payload/primary_event/citation_id", id="event-cites-unknown"
+    ),
+    pytest.param(
+        {"/payload/primary_event/citation_id": "c2"},
+        "/payload/primary_event/citation_id",
+        id="event-citation-not-in-primary",
+    ),
+    pytest.param({"/evidence/citation_ids/0": "c9"}, "/evidence/citation_ids/0", id="evidence-cites-unknown"),
+    pytest.param({"/evidence/citation_ids": ["c2", "c2"]}, "/evidence/citation_ids", id="dup-evidence-citation"),
+    pytest.param({"/payload/valid_time/t_end": 999}, "/payload/valid_time/t_end", id="t_end-before-t"),
+]
+
+
+@pytest.mark.parametrize(("edits", "pointer"), CROSS_REFERENCE_CASES)
+def test_broken_cross_references(edits: dict[str, Json], pointer: str) -> None:
+    check("engram_memory_capture", edited("engram_memory_capture", edits), (SCHEMA, pointer))
+
+
+def test_t_end_equal_to_t_is_accepted() -> None:
+    typed = check("engram_memory_capture", edited("engram_memory_capture", {"/payload/valid_time/t_end": 1000}), None)
+    assert typed.payload.valid_time.t_end == typed.payload.valid_time.t == 1000
+
+
+def test_primary_event_may_cite_any_citation_of_the_primary_component() -> None:
+    edits = {"/payload/primary_component_id": "k2", "/payload/primary_event/citation_id": "c2"}
+    check("engram_memory_capture", edited("engram_memory_capture", edits), None)
+
+
+@pytest.mark.parametrize(
+    ("families", "expected"),
+    [
+        pytest.param(["b", "a"], (SCHEMA, "/payload/reconciliation/family_refs"), id="unsorted"),
+        pytest.param(["a", "a"], (SCHEMA, "/payload/reconciliation/family_refs"), id="duplicate"),
+        pytest.param(["a", "b", "a"], (SCHEMA, "/payload/reconciliation/family_refs"), id="unsorted-duplicate"),
+        pytest.param([], None, id="empty-opts-out"),
+        pytest.param(["A", "B", "a", "b"], None, id="ascii-order"),
+        # U+1F600 is D83D DE00 in UTF-16, below U+FF61: the order is by UTF-16 code units.
+        pytest.param(["\U0001f600", "\uff61"], None, id="utf16-order"),
+        pytest.param(["\uff61", "\U0001f600"], (SCHEMA, "/payload/reconciliation/family_refs"), id="code-point-order"),
+    ],
+)
+def test_family_refs_are_strictly_ascending(families: list[str], expected: Expected) -> None:
+    arguments = edited("engram_memory_capture", {"/payload/reconciliation/family_refs": families})
+    check("engram_memory_capture", arguments, expected)
+
+
+# --------------------------------------------------------------------------- instants and digests
+
+INSTANT_POINTERS: Final = ("/payload/citations/0/observed_at", "/payload/retention/expires_at")
+
+
+@pytest.mark.parametrize("pointer", INSTANT_POINTERS)
+@pytest.mark.parametrize("bad", BAD_INSTANTS)
+def test_non_canonical_instants_are_refused(pointer: str, bad: str) -> None:
+    check("engram_memory_capture", edited("engram_memory_capture", {pointer: bad}), (SCHEMA, pointer))
+
+
+@pytest.mark.parametrize("pointer", INSTANT_POINTERS)
+@pytest.mark.parametrize(
+    "good",
+    ["2024-02-29T23:59:59.999Z", "1970-01-01T00:00:00.000Z", "9999-12-31T23:59:59.999Z", "1000-01-01T00:00:00.000Z"],
+)
+def test_canonical_instants_are_accepted(pointer: str, good: str) -> None:
+    check("engram_memory_capture", edited("engram_memory_capture", {pointer: good}), None)
+
+
+@pytest.mark.parametrize("pointer", INSTANT_POINTERS)
+@pytest.mark.parametrize("good", ["0999-12-31T23:59:59.999Z", "0001-01-01T00:00:00.000Z"])
+def test_instants_before_year_1000_are_accepted(pointer: str, good: str) -> None:
+    """Four-digit years below 1000 are canonical (ECMAScript toISOString writes them zero-padded)."""
+    check("engram_memory_capture", edited("engram_memory_capture", {pointer: good}), None)
+
+
+DIGEST_POINTERS: Final = ("/payload/citations/0/content_digest", "/evidence/evidence_digest")
+
+
+@pytest.mark.parametrize("pointer", DIGEST_POINTERS)
+@pytest.mark.parametrize("bad", BAD_DIGESTS)
+def test_malformed_digests_are_invalid_digest(pointer: str, bad: str) -> None:
+    check("engram_memory_capture", edited("engram_memory_capture", {pointer: bad}), (DIGEST, pointer))
+
+
+@pytest.mark.parametrize("pointer", DIGEST_POINTERS)
+@pytest.mark.parametrize("bad", [None, 7, ["sha256:" + "0" * 64], {"sha256": "0" * 64}, True])
+def test_digest_of_the_wrong_type_is_invalid_schema(pointer: str, bad: Json) -> None:
+    check("engram_memory_capture", edited("engram_memory_capture", {pointer: bad}), (SCHEMA, pointer))
+
+
+def test_a_schema_error_wins_over_a_malformed_digest() -> None:
+    edits = {"/evidence/evidence_digest": "sha256:XYZ", "/payload/citations/0/source_ref": ""}
+    check("engram_memory_capture", edited("engram_memory_capture", edits), (SCHEMA, "/payload/citations/0/source_ref"))
+
+
+# --------------------------------------------------------------------------- the 1 MiB cap
+
+
+def capture_of_size(target: int) -> dict[str, Json]:
+    """A capture whose canonical serialisation is exactly ``target`` bytes (ASCII padding text)."""
+    args = capture_lists(citations=1, components=1, evidence=1, families=0)
+    components = args["payload"]["components"]
+    template = components[0]
+    count = -(-(target - len(canonical_bytes(args))) // 60_000)
+    components += [{**template, "component_id": f"k{1 + i}", "text": "a"} for i in range(count)]
+    missing = target - len(canonical_bytes(args))
+    for component in components[1:]:
+        grow = min(missing, 65_535)
+        component["text"] = "a" * (1 + grow)
+        missing -= grow
+    assert len(canonical_bytes(args)) == target
+    return args
+
+
+def test_arguments_of_exactly_one_mib_are_accepted() -> None:
+    check("engram_memory_capture", capture_of_size(ONE_MIB), None)
+
+
+def test_arguments_over_one_mib_are_refused_at_the_root() -> None:
+    check("engram_memory_capture", capture_of_size(ONE_MIB + 1), (SCHEMA, ""))
+
+
+def test_the_cap_is_checked_before_the_fields() -> None:
+    arguments = capture_of_size(ONE_MIB + 1)
+    arguments["payload"]["components"][0]["kind"] = "Context"  # invalid, same size
+    check("engram_memory_capture", arguments, (SCHEMA, ""))
+
+
+# --------------------------------------------------------------------------- parse_json
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param('{"query": "a", "query": "b", "purpose_ref": "p"}', id="duplicate-key"),
+        pytest.param('{"payload": {"x": 1, "x": 1}}', id="nested-duplicate-key"),
+        pytest.param("NaN", id="nan"),
+        pytest.param('{"limit": NaN}', id="nested-nan"),
+        pytest.param('{"limit": Infinity}', id="infinity"),
+        pytest.param('{"limit": -Infinity}', id="minus-infinity"),
+        pytest.param("-0", id="minus-zero"),
+        pytest.param('{"limit": -0}', id="nested-minus-zero"),
+        pytest.param(b'{"query": "\xff"}', id="invalid-utf8"),
+        pytest.param('{"query": ', id="truncated"),
+        pytest.param("", id="empty"),
+        pytest.param("\ud800", id="lone-surrogate-text"),
+        pytest.param(b'"' + b"a" * ONE_MIB + b'"', id="over-one-mib"),
+    ],
+)
+def test_parse_json_refuses(raw: str | bytes) -> None:
+    with pytest.raises(EngramError) as info:
+        parse_json(raw)
+    assert (info.value.code, info.value.pointer) == (SCHEMA, "")
+
+
+def test_parse_json_accepts_exactly_one_mib() -> None:
+    assert parse_json(b'"' + b"a" * (ONE_MIB - 2) + b'"') == "a" * (ONE_MIB - 2)
+
+
+def test_parse_json_then_parse_args() -> None:
+    raw = '{"query": "cafe\\u0301", "purpose_ref": "p", "limit": 10.0}'
+    typed = parse_args(SearchArgs, parse_json(raw))
+    assert (typed.query, typed.limit) == ("caf\u00e9", 10)
+    assert type(typed.limit) is int
+
+
+@pytest.mark.parametrize(
+    ("raw", "pointer"),
+    [
+        ('{"query": "q", "purpose_ref": "p", "limit": -0.0}', "/limit"),
+        ('{"query": "\\ud800", "purpose_ref": "p"}', "/query"),
+        ('{"query": "q", "purpose_ref": "p", "limit": 1e400}', "/limit"),
+    ],
+    ids=["minus-zero-float", "escaped-lone-surrogate", "overflowing-number"],
+)
+def test_values_json_cannot_rule_out_are_refused_by_the_parser(raw: str, pointer: str) -> None:
+    check("engram_memory_search", parse_json(raw), (SCHEMA, pointer))
