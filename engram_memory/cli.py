@@ -62,7 +62,9 @@ def _capture_args(key: str, purpose: str, decision: str, source: str) -> dict[st
 def _show(say: Say, label: str, envelope: dict[str, Any]) -> None:
     if envelope["ok"]:
         value = envelope["output"]["value"]
-        brief = value.get("status") or value.get("outcome", {}).get("status") or value.get("receipt", {}).get("to_state")
+        brief = (
+            value.get("status") or value.get("outcome", {}).get("status") or value.get("receipt", {}).get("to_state")
+        )
         if "records" in value:
             brief = f"{len(value['records'])} record(s)"
         say(f"  {label}: ok ({brief})")
@@ -72,7 +74,7 @@ def _show(say: Say, label: str, envelope: dict[str, Any]) -> None:
 
 
 def _confirmed(
-    service: MemoryService, clock: ManualClock, binding: HostBinding, tool: str, args: dict[str, Any], target: str
+    *, service: MemoryService, clock: ManualClock, binding: HostBinding, tool: str, args: dict[str, Any], target: str
 ) -> HostBinding:
     now = clock.now()
     confirmation = Confirmation(
@@ -92,15 +94,21 @@ def run_demo(db: Path, say: Say) -> int:  # noqa: PLR0915 - a linear narrated sc
     service = connect(f"sqlite:///{db}", policy=DefaultPolicy(admission="accept"), clock=clock)
     admin = MemoryAdmin(service)
     acme = HostBinding(
-        tenant_id="acme", workspace_id="platform", principal="alice", agent_id="agent-1", session="s1",
+        tenant_id="acme",
+        workspace_id="platform",
+        principal="alice",
+        agent_id="agent-1",
+        session="s1",
         purpose_ref="engineering-decisions",
     )
     globex = attrs.evolve(acme, tenant_id="globex", principal="bob")
     say(f"engram-memory demo on {db.name} (two tenants: acme, globex)")
     say("1. capture cited material: it becomes an encrypted pending candidate")
     capture = _capture_args(
-        "demo-capture-0001", "engineering-decisions",
-        "Use blue-green deployments for the billing service.", "adr/0042-deployments.md",
+        "demo-capture-0001",
+        "engineering-decisions",
+        "Use blue-green deployments for the billing service.",
+        "adr/0042-deployments.md",
     )
     first = service.call_tool("engram_memory_capture", capture, acme)
     _show(say, "capture", first)
@@ -129,16 +137,22 @@ def run_demo(db: Path, say: Say) -> int:  # noqa: PLR0915 - a linear narrated sc
         service.call_tool("engram_memory_withdraw", withdraw, acme)
     except ProtocolError as exc:
         say(f"  withdraw without confirmation: JSON-RPC {int(exc.code)} ({exc.message})")
-    confirmed = _confirmed(service, clock, acme, "engram_memory_withdraw", withdraw, pending)
+    confirmed = _confirmed(
+        service=service, clock=clock, binding=acme, tool="engram_memory_withdraw", args=withdraw, target=pending
+    )
     _show(say, "withdraw (confirmed)", service.call_tool("engram_memory_withdraw", withdraw, confirmed))
     forget = {"record_id": record_id, "idempotency_key": "demo-forget-0001", "reason_ref": "owner-request"}
-    confirmed = _confirmed(service, clock, acme, "engram_memory_forget", forget, record_id)
+    confirmed = _confirmed(
+        service=service, clock=clock, binding=acme, tool="engram_memory_forget", args=forget, target=record_id
+    )
     _show(say, "forget (confirmed)", service.call_tool("engram_memory_forget", forget, confirmed))
     _show(say, "search after forget", service.call_tool("engram_memory_search", search, acme))
     say("5. forgotten content re-captured is held for a human (forgotten-content guard)")
     again = _capture_args(
-        "demo-capture-0003", "engineering-decisions",
-        "Use blue-green deployments for the billing service.", "adr/0042-deployments.md",
+        "demo-capture-0003",
+        "engineering-decisions",
+        "Use blue-green deployments for the billing service.",
+        "adr/0042-deployments.md",
     )
     recaptured = service.call_tool("engram_memory_capture", again, acme)["output"]["value"]["candidate_id"]
     guard = {"candidate_id": recaptured, "idempotency_key": "demo-admission-0003"}
@@ -147,7 +161,7 @@ def run_demo(db: Path, say: Say) -> int:  # noqa: PLR0915 - a linear narrated sc
     for tenant in ("acme", "globex"):
         report = admin.verify(tenant_id=tenant, workspace_id="platform")
         say(f"  verify {tenant}: {'ok' if report.ok else report.code} (journal height {report.high_water})")
-    service.store.close()
+    service.close()
     return 0
 
 
@@ -172,7 +186,7 @@ def _cmd_verify(options: argparse.Namespace) -> int:
         report = admin.verify_scope(scope)
         print(f"{scope}: {'ok' if report.ok else f'{report.code} at cursor {report.cursor}'} ({report.high_water})")
         status = status if report.ok else 1
-    service.store.close()
+    service.close()
     return status
 
 
@@ -187,7 +201,31 @@ def _cmd_stats(options: argparse.Namespace) -> int:
                 counts[f"record:{record.state}"] = counts.get(f"record:{record.state}", 0) + 1
             summary = ", ".join(f"{key}={value}" for key, value in sorted(counts.items()))
             print(f"{scope}: journal height {reader.high_water()}; {summary}")
-    service.store.close()
+    service.close()
+    return 0
+
+
+def _cmd_serve_mcp(options: argparse.Namespace) -> int:
+    try:
+        import anyio  # noqa: PLC0415 - optional extra
+
+        from engram_memory.adapters.mcp import serve_stdio  # noqa: PLC0415 - optional extra
+    except ImportError:
+        raise SystemExit("serve-mcp needs the MCP extra: pip install 'engram-memory-core[mcp]'") from None
+    policy = DefaultPolicy(admission=options.admission)
+    service = connect(f"sqlite:///{options.db}", policy=policy)
+    binding = HostBinding(
+        tenant_id=options.tenant,
+        workspace_id=options.workspace,
+        principal=options.principal,
+        agent_id=options.agent,
+        session="stdio",
+        purpose_ref=options.purpose,
+    )
+    try:
+        anyio.run(serve_stdio, service, binding)
+    finally:
+        service.close()
     return 0
 
 
@@ -203,6 +241,28 @@ def _parser() -> argparse.ArgumentParser:
     stats = commands.add_parser("stats", help="counts per scope and state, and journal height")
     stats.add_argument("--db", required=True, help="the SQLite database file")
     stats.set_defaults(run=_cmd_stats)
+    serve = commands.add_parser(
+        "serve-mcp",
+        help="serve the six tools over MCP stdio for one fixed local scope",
+        description=(
+            "Serve the six memory tools over MCP stdio, bound to one tenant, workspace, principal and purpose "
+            "(local single-tenant use). withdraw and forget need a host confirmation, which a fixed stdio "
+            "binding cannot carry: they answer JSON-RPC -32603."
+        ),
+    )
+    serve.add_argument("--db", required=True, help="the SQLite database file (created if missing)")
+    serve.add_argument("--tenant", required=True, help="tenant id of the bound scope")
+    serve.add_argument("--workspace", required=True, help="workspace id of the bound scope")
+    serve.add_argument("--principal", required=True, help="the principal every call runs as")
+    serve.add_argument("--purpose", required=True, help="the bound purpose_ref")
+    serve.add_argument("--agent", default="mcp-agent", help="agent id recorded in receipts")
+    serve.add_argument(
+        "--admission",
+        choices=("adjudicate", "accept", "reject"),
+        default="adjudicate",
+        help="the DefaultPolicy admission decision (default: adjudicate)",
+    )
+    serve.set_defaults(run=_cmd_serve_mcp)
     return parser
 
 

@@ -101,6 +101,7 @@ def verify_scope(reader: StoreReader, vault: KeyVault, scope: str) -> VerifyRepo
             or recomputed != event.event_digest
             or body.get("previous_event_digest") != previous
             or body.get("cursor") != format_cursor(event.cursor)
+            or canonical_bytes(body) != event.body
         ):
             return _fail(ErrorCode.JOURNAL_CORRUPT, event.cursor, high_water, "event does not hash")
         operation = body.get("operation")

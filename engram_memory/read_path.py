@@ -290,10 +290,7 @@ class ReadPath:
             raise EngramError(exc.code, detail=str(exc)) from exc
 
     def _allowlist(self, binding: HostBinding) -> tuple[str, ...] | None:
-        try:
-            allowlist = self._policy.redaction_allowlist(binding)
-        except Exception as exc:
-            raise EngramError(ErrorCode.POLICY_UNAVAILABLE, detail=type(exc).__name__) from exc
+        allowlist = self._policy.redaction_allowlist(binding)  # failures: POLICY_UNAVAILABLE (GuardedPolicy)
         return None if allowlist is None else tuple(allowlist)
 
     def _open(self, scope: str, row: RecordRow) -> dict[str, Any]:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Self
 
 from engram_memory.context import HostBinding
 from engram_memory.errors import EngramError, ErrorCode, ProtocolError
+from engram_memory.policy_guard import GuardedPolicy
 from engram_memory.ports import Clock, KeyVault, Policy, Ranker, Store
 from engram_memory.ranking.lexical import LexicalRanker
 from engram_memory.read_path import ReadPath
@@ -79,12 +80,25 @@ class MemoryService:
     ) -> None:
         self.store = store
         self.vault = vault
-        self.policy = policy
+        self.policy: Policy = GuardedPolicy(policy)
         self.clock = clock
         self.ranker: Ranker = ranker if ranker is not None else LexicalRanker()
         self._audit_ids = audit_ids
-        self._write = WritePath(store=store, vault=vault, policy=policy, clock=clock)
-        self._read = ReadPath(store=store, vault=vault, policy=policy, clock=clock, ranker=self.ranker)
+        self._write = WritePath(store=store, vault=vault, policy=self.policy, clock=clock)
+        self._read = ReadPath(store=store, vault=vault, policy=self.policy, clock=clock, ranker=self.ranker)
+
+    def close(self) -> None:
+        """Close the store and, if it holds resources (has ``close``), the vault. Idempotent."""
+        self.store.close()
+        close_vault = getattr(self.vault, "close", None)
+        if callable(close_vault):
+            close_vault()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ host checks
 
@@ -175,9 +189,9 @@ class MemoryService:
                 mismatched, purpose mismatch, confirmation reference missing). Every other outcome
                 is an envelope.
         """
-        self._guard(name, binding)
         audit_id = binding.audit_id or self._audit_ids()
         try:
+            self._guard(name, binding)
             args = parse_args(ARGS_BY_TOOL[name], arguments)
             self._check_purpose(args, binding)
             result = self._dispatch(name, binding, args)

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from engram_memory.canonical import (
     Domain,
@@ -34,6 +34,7 @@ from engram_memory.errors import (
     ProtocolError,
     SealIntegrityError,
     StoreConflictError,
+    StoreCorruptError,
     StoreOutcomeUnknownError,
     StoreUnavailableError,
 )
@@ -47,6 +48,7 @@ from engram_memory.ports import (
     KeyVault,
     Policy,
     RecordRow,
+    SealedEnvelope,
     Store,
     StoreReader,
     UnitOfWork,
@@ -106,6 +108,46 @@ def operation_target(args: Mutation) -> str:
 
 def _not_found() -> EngramError:
     return EngramError(ErrorCode.NOT_FOUND)
+
+
+def _check_withdrawable(row: CandidateRow | None) -> CandidateRow:
+    """The candidate a withdraw may end, or the refusal (checked before and inside the unit)."""
+    if row is None:
+        raise _not_found()
+    if row.state in {"withdrawn", "rejected"}:
+        raise EngramError(ErrorCode.ALREADY_TERMINAL)
+    if row.state != "pending":
+        raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
+    return row
+
+
+def _check_forgettable(row: RecordRow | None) -> RecordRow:
+    """The record a forget may tombstone, or the refusal (checked before and inside the unit)."""
+    if row is None:
+        raise _not_found()
+    if row.state == "tombstoned":
+        raise EngramError(ErrorCode.ALREADY_TERMINAL)
+    return row
+
+
+def _check_admissible(row: CandidateRow | None) -> CandidateRow:
+    """A pending or already admitted candidate, or the refusal (checked before and inside the unit)."""
+    if row is None:
+        raise _not_found()
+    if row.state == "admitted" and row.outcome is not None:
+        return row
+    if row.state != "pending":
+        raise EngramError(ErrorCode.ALREADY_TERMINAL)
+    return row
+
+
+def _duplicate_value(row: CandidateRow) -> dict[str, Any]:
+    """The duplicate_exact answer for a candidate admitted earlier (under another key)."""
+    assert row.outcome is not None  # noqa: S101 - only called for admitted candidates
+    original = json.loads(row.outcome)
+    return RequestAdmissionResult(
+        outcome=from_json(AdmissionOutcome, {**original, "status": "duplicate_exact"}), replayed=False
+    ).to_json()
 
 
 class WritePath:
@@ -189,6 +231,8 @@ class WritePath:
                 yield reader
         except StoreUnavailableError as exc:
             raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=str(exc)) from exc
+        except StoreCorruptError as exc:
+            raise EngramError(exc.code, detail=str(exc)) from exc
 
     def _commit(self, scope: str, work: Callable[[UnitOfWork], _T]) -> _T:
         """Run ``work`` in one unit of work, re-running it after a lost race; map port errors."""
@@ -203,6 +247,8 @@ class WritePath:
                 raise EngramError(ErrorCode.MUTATION_OUTCOME_UNKNOWN, detail=str(exc)) from exc
             except StoreUnavailableError as exc:
                 raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=str(exc)) from exc
+            except StoreCorruptError as exc:
+                raise EngramError(exc.code, detail=str(exc)) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _commit_mutation(
@@ -414,14 +460,9 @@ class WritePath:
         """Decide a candidate through the policy (``decide=None``) or a host adjudication."""
         scope = binding.scope
         with self._read(scope) as reader:
-            row = reader.candidate(candidate_id)
-            tombstone_reader_match: Callable[[str], bool] = reader.is_tombstoned_payload
-            if row is None:
-                raise _not_found()
-            if row.state == "admitted" and row.outcome is not None:
+            row = _check_admissible(reader.candidate(candidate_id))
+            if row.state == "admitted":
                 return self._duplicate_admission(binding, row, key, intent)
-            if row.state != "pending":
-                raise EngramError(ErrorCode.ALREADY_TERMINAL)
             opened = self._open_candidate(scope, row)
             completed = opened["payload"]
             payload_digest = digest(Domain.PAYLOAD, completed)
@@ -435,8 +476,9 @@ class WritePath:
             )
             if record["record_digest"] != row.record_digest:
                 raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="candidate does not re-derive")
-            forgotten = tombstone_reader_match(payload_digest)
-        if row.policy_id != self._policy.policy_id or row.policy_version != self._policy.policy_version:
+            forgotten = reader.is_tombstoned_payload(payload_digest)
+        policy_changed = row.policy_id != self._policy.policy_id or row.policy_version != self._policy.policy_version
+        if decide is None and policy_changed:
             raise EngramError(ErrorCode.POLICY_STALE, detail="candidate captured under another policy")
         decision, decision_digest = self._decision(
             binding=binding, row=row, record=record, opened=opened, now=now, forced=decide
@@ -461,9 +503,9 @@ class WritePath:
         accept = decision == "accept"
 
         def work(unit: UnitOfWork) -> dict[str, Any]:
-            current = unit.candidate(candidate_id)
-            if current is None or current.state != "pending":
-                raise StoreConflictError("candidate changed concurrently")
+            current = _check_admissible(unit.candidate(candidate_id))
+            if current.state == "admitted":  # another request admitted it meanwhile
+                return _duplicate_value(current)
             event, body = build_event(
                 unit,
                 recorded_at=committed_at,
@@ -515,18 +557,14 @@ class WritePath:
         value, replayed = self._commit_mutation(binding, key, intent, confirmation, work)
         if replayed:
             return from_json(RequestAdmissionResult, {**value, "replayed": True})
-        if row.sealed is not None:
+        if row.sealed is not None and value["outcome"]["status"] != "duplicate_exact":
             self.destroy_keys(scope, [row.sealed.key_ref])
         return from_json(RequestAdmissionResult, value)
 
     def _duplicate_admission(
         self, binding: HostBinding, row: CandidateRow, key: str | None, intent: str | None
     ) -> RequestAdmissionResult:
-        assert row.outcome is not None  # noqa: S101 - guarded by the caller
-        original = json.loads(row.outcome)
-        value = RequestAdmissionResult(
-            outcome=from_json(AdmissionOutcome, {**original, "status": "duplicate_exact"}), replayed=False
-        ).to_json()
+        value = _duplicate_value(row)
         committed, replayed = self._commit_mutation(binding, key, intent, None, lambda _unit: value)
         return from_json(RequestAdmissionResult, {**committed, "replayed": replayed})
 
@@ -573,10 +611,7 @@ class WritePath:
             agent_id=binding.agent_id,
             session=binding.session,
         )
-        try:
-            decision = self._policy.decide(request, now)
-        except Exception as exc:
-            raise EngramError(ErrorCode.POLICY_UNAVAILABLE, detail=type(exc).__name__) from exc
+        decision = self._policy.decide(request, now)  # a failing policy is POLICY_UNAVAILABLE (GuardedPolicy)
         if decision.decision not in {"accept", "reject", "adjudication_required"}:
             raise EngramError(ErrorCode.POLICY_UNAVAILABLE, detail="unknown decision")
         if decision.policy_id != row.policy_id or decision.policy_version != row.policy_version:
@@ -637,21 +672,13 @@ class WritePath:
             return from_json(WithdrawResult, {**replay, "replayed": True})
         confirmation = self._gate(WITHDRAW, args, binding, now)
         with self._read(binding.scope) as reader:
-            row = reader.candidate(args.candidate_id)
-        if row is None:
-            raise _not_found()
-        if row.state in {"withdrawn", "rejected"}:
-            raise EngramError(ErrorCode.ALREADY_TERMINAL)
-        if row.state != "pending":
-            raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
+            _check_withdrawable(reader.candidate(args.candidate_id))
         intent = self._intent(WITHDRAW, args)
         at = format_instant(now)
         authorization = self._authorization(WITHDRAW, binding, args.candidate_id, now)
 
         def work(unit: UnitOfWork) -> dict[str, Any]:
-            current = unit.candidate(args.candidate_id)
-            if current is None or current.state != "pending":
-                raise StoreConflictError("candidate changed concurrently")
+            current = _check_withdrawable(unit.candidate(args.candidate_id))
             event, body = build_event(
                 unit,
                 recorded_at=at,
@@ -674,8 +701,7 @@ class WritePath:
                     policy_version=current.policy_version,
                 )
             )
-            if current.sealed is not None:
-                unit.doom_key(current.sealed.key_ref)
+            destruction = self._destroy_in_unit(unit, current.sealed)
             return WithdrawResult(
                 receipt=self._receipt(
                     operation="withdraw",
@@ -687,15 +713,31 @@ class WritePath:
                     at=at,
                 ),
                 replayed=False,
-                key_destruction="complete" if self._vault.destroys_synchronously else "pending",
+                key_destruction=destruction,
             ).to_json()
 
         value, replayed = self._commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
-        if replayed:
-            return from_json(WithdrawResult, {**value, "replayed": True})
-        if row.sealed is not None:
-            self.destroy_keys(binding.scope, [row.sealed.key_ref])
-        return from_json(WithdrawResult, value)
+        return from_json(WithdrawResult, {**value, "replayed": True} if replayed else value)
+
+    def _destroy_in_unit(self, unit: UnitOfWork, sealed: SealedEnvelope | None) -> Literal["pending", "complete"]:
+        """Destroy a withdrawn candidate's key before the unit commits, so the answer can say so.
+
+        ``"complete"`` only when the vault destroyed it synchronously; a vault failure leaves the
+        key doomed (``MemoryAdmin.reap_keys`` retries) and the answer ``"pending"``. Should the
+        commit then fail, the candidate stays pending without a key: a retry of the same withdraw
+        completes it.
+        """
+        if sealed is None:
+            return "complete"
+        try:
+            self._vault.destroy(sealed.key_ref)
+        except Exception:  # noqa: BLE001 - the vault is foreign code; the key stays doomed
+            _log.exception("key destruction deferred; MemoryAdmin.reap_keys will retry")
+            unit.doom_key(sealed.key_ref)
+            return "pending"
+        if not self._vault.destroys_synchronously:
+            return "pending"
+        return "complete"
 
     @staticmethod
     def _receipt(
@@ -731,19 +773,13 @@ class WritePath:
             return from_json(ForgetResult, {**replay, "replayed": True})
         confirmation = self._gate(FORGET, args, binding, now)
         with self._read(binding.scope) as reader:
-            row = reader.record(args.record_id)
-        if row is None:
-            raise _not_found()
-        if row.state == "tombstoned":
-            raise EngramError(ErrorCode.ALREADY_TERMINAL)
+            row = _check_forgettable(reader.record(args.record_id))
         intent = self._intent(FORGET, args)
         at = format_instant(now)
         authorization = self._authorization(FORGET, binding, args.record_id, now)
 
         def work(unit: UnitOfWork) -> dict[str, Any]:
-            current = unit.record(args.record_id)
-            if current is None or current.state == "tombstoned":
-                raise StoreConflictError("record changed concurrently")
+            current = _check_forgettable(unit.record(args.record_id))
             event, body = build_event(
                 unit,
                 recorded_at=at,

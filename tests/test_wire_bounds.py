@@ -706,9 +706,15 @@ def test_parse_json_then_parse_args() -> None:
     [
         ('{"query": "q", "purpose_ref": "p", "limit": -0.0}', "/limit"),
         ('{"query": "\\ud800", "purpose_ref": "p"}', "/query"),
-        ('{"query": "q", "purpose_ref": "p", "limit": 1e400}', "/limit"),
     ],
-    ids=["minus-zero-float", "escaped-lone-surrogate", "overflowing-number"],
+    ids=["minus-zero-float", "escaped-lone-surrogate"],
 )
 def test_values_json_cannot_rule_out_are_refused_by_the_parser(raw: str, pointer: str) -> None:
     check("engram_memory_search", parse_json(raw), (SCHEMA, pointer))
+
+
+def test_parse_json_refuses_numbers_that_overflow_to_infinity() -> None:
+    with pytest.raises(EngramError) as caught:
+        parse_json('{"query": "q", "purpose_ref": "p", "limit": 1e400}')
+    assert caught.value.code is ErrorCode.INVALID_SCHEMA
+    assert caught.value.pointer == ""

@@ -1,0 +1,340 @@
+"""``SQLiteKeyVault``: a durable KeyVault in its own SQLite file, data keys wrapped by a master key.
+
+Sealing is exactly :class:`~engram_memory.keyvaults.memory.InMemoryKeyVault`'s: a fresh AES-256 key
+per :meth:`~SQLiteKeyVault.seal`, a random 96-bit nonce, AES-256-GCM with the UTF-8 context as
+associated data. What differs is where the data key lives: in the vault file, **wrapped** with AES
+key wrap (RFC 3394) under a key-encryption key derived from the host's master key and the key's
+``key_ref`` (HKDF-Expand-SHA256), so a wrapped key only unwraps under its own ref. The master key
+never touches the file; a verifier (an HMAC of a constant under a derived key) detects a wrong
+master key at open.
+
+Destruction is real: :meth:`~SQLiteKeyVault.destroy` deletes the row with ``secure_delete=ON``
+(SQLite zeroes the freed cell) and then runs ``PRAGMA wal_checkpoint(TRUNCATE)``, which copies the
+scrubbed page into the database file and truncates the write-ahead log to zero bytes, so neither
+the database file nor the WAL still holds the wrapped key when ``destroy`` returns. Wrapped keys
+live in an ordinary rowid table: its interior B-tree pages hold only integer row ids, never copies
+of a row (an index or ``WITHOUT ROWID`` table would keep key copies in interior pages).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import sqlite3
+import threading
+from contextlib import suppress
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Self
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
+from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap, aes_key_wrap
+
+from engram_memory.errors import KeyUnavailableError, PortError, SealIntegrityError, StoreUnavailableError
+from engram_memory.ports import SealedEnvelope
+from engram_memory.stores.sqlite._errors import translate
+from engram_memory.stores.sqlite._schema import Migration, SchemaSpec, migrate
+
+__all__ = ["VAULT_SCHEMA", "MasterKeyError", "SQLiteKeyVault"]
+
+_NONCE_BYTES: Final = 12
+_KEY_BYTES: Final = 32
+_WRAP_INFO: Final = b"engram-memory/vault/key-wrap/v1\0"
+_VERIFIER_INFO: Final = b"engram-memory/vault/verifier/v1\0"
+_VERIFIER_MESSAGE: Final = b"engram-memory sqlite key vault master key verifier"
+_VERIFIER_NAME: Final = "master_key_verifier"
+
+VAULT_SCHEMA: Final = SchemaSpec(
+    kind="key vault",
+    application_id=0x456E_4756,  # "EnGV"
+    migrations=(
+        Migration(
+            1,
+            "data-keys",
+            """
+CREATE TABLE meta (
+    name TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+) STRICT;
+
+-- a rowid table on purpose: wrapped keys sit in leaf cells only, which secure_delete zeroes
+CREATE TABLE data_keys (
+    id INTEGER PRIMARY KEY,
+    key_ref TEXT NOT NULL UNIQUE,
+    wrapped BLOB NOT NULL
+) STRICT;
+""",
+        ),
+    ),
+)
+"""The vault file's migrations."""
+
+
+class MasterKeyError(PortError):
+    """The master key does not open this vault (wrong key, unreadable or malformed key file).
+
+    Raised when the vault is opened, never later; the message never contains key material.
+    """
+
+
+def _derive(master: bytes, info: bytes) -> bytes:
+    return HKDFExpand(algorithm=hashes.SHA256(), length=_KEY_BYTES, info=info).derive(master)
+
+
+def _verifier(master: bytes) -> bytes:
+    return hmac.new(_derive(master, _VERIFIER_INFO), _VERIFIER_MESSAGE, hashlib.sha256).digest()
+
+
+def _wrap(master: bytes, key_ref: str, key: bytes) -> bytes:
+    return aes_key_wrap(_derive(master, _WRAP_INFO + key_ref.encode("utf-8")), key)
+
+
+def _unwrap(master: bytes, key_ref: str, wrapped: bytes) -> bytes:
+    """The data key of ``key_ref`` (``InvalidUnwrap`` if it does not authenticate)."""
+    return aes_key_unwrap(_derive(master, _WRAP_INFO + key_ref.encode("utf-8")), wrapped)
+
+
+def _read_key_file(path: Path) -> bytes | None:
+    """The 32-byte master key stored at ``path``, ``None`` if the file does not exist."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise MasterKeyError("the master key file cannot be read") from exc
+    if len(data) != _KEY_BYTES:
+        raise MasterKeyError("the master key file does not hold exactly 32 bytes")
+    return data
+
+
+def _create_key_file(path: Path) -> bytes:
+    """Create ``path`` with a fresh random master key, mode 0600 (or read it if a peer won the race)."""
+    key = secrets.token_bytes(_KEY_BYTES)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        existing = _read_key_file(path)
+        if existing is None:  # pragma: no cover - created then removed by someone else
+            raise MasterKeyError("the master key file vanished while it was being created") from None
+        return existing
+    except OSError as exc:
+        raise MasterKeyError("the master key file cannot be created") from exc
+    try:
+        os.write(fd, key)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return key
+
+
+class SQLiteKeyVault:
+    """A durable :class:`~engram_memory.ports.KeyVault` for SQLite deployments.
+
+    Args:
+        path: the vault's own SQLite file (never the store's file).
+        master_key: 32 bytes the host keeps elsewhere (a secret manager, an HSM-unwrapped key).
+        master_key_file: alternatively, a file holding the 32-byte master key; created with mode
+            0600 and a random key if it does not exist yet (and the vault is new).
+
+    Exactly one of ``master_key`` and ``master_key_file`` must be given. Losing the master key
+    loses every sealed item, which is the point of crypto-shredding; back it up separately from
+    the database files. Thread-safe (one connection behind a lock); several processes may open
+    the same vault (WAL, busy timeout). :attr:`destroys_synchronously` is ``True``.
+
+    Raises:
+        MasterKeyError: the master key does not match the vault's verifier, or the key file is
+            unreadable, malformed, or missing for an existing vault.
+        ValueError: neither or both key sources, or a master key that is not 32 bytes.
+        StoreUnavailableError: the file cannot be opened (or is locked past the busy timeout).
+        MigrationLedgerError: not a vault file, or a vault written by a newer library.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        master_key: bytes | None = None,
+        *,
+        master_key_file: str | os.PathLike[str] | None = None,
+        busy_timeout_ms: int = 5000,
+    ) -> None:
+        if (master_key is None) == (master_key_file is None):
+            raise ValueError("give exactly one of master_key and master_key_file")
+        if master_key is not None and len(master_key) != _KEY_BYTES:
+            raise ValueError("master_key must be 32 bytes")
+        self._path = os.fspath(path)
+        if self._path in {"", ":memory:"}:
+            raise ValueError("SQLiteKeyVault needs a file path (use InMemoryKeyVault for a transient vault)")
+        self._lock = threading.Lock()
+        self._closed = False
+        self._conn = self._connect(busy_timeout_ms)
+        try:
+            self._master = self._open_master(master_key, master_key_file)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _connect(self, busy_timeout_ms: int) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self._path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise translate(exc, "open vault") from exc
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA secure_delete = ON")
+            conn.execute("PRAGMA trusted_schema = OFF")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise translate(exc, "open vault") from exc
+        if str(mode).lower() != "wal":
+            conn.close()
+            raise StoreUnavailableError("the key vault cannot run in WAL mode")
+        return conn
+
+    def _open_master(self, master_key: bytes | None, master_key_file: str | os.PathLike[str] | None) -> bytes:
+        """Resolve the master key, create or migrate the schema, and check the verifier."""
+        conn = self._conn
+        try:
+            stored = self._stored_verifier()
+            if master_key is None:
+                assert master_key_file is not None  # noqa: S101 - checked by __init__
+                key_path = Path(master_key_file)
+                master_key = _read_key_file(key_path)
+                if master_key is None:
+                    if stored is not None:
+                        raise MasterKeyError("the master key file of an existing vault is missing")
+                    master_key = _create_key_file(key_path)
+            key = master_key
+
+            def seed(c: sqlite3.Connection) -> None:
+                c.execute("INSERT INTO meta (name, value) VALUES (?, ?)", (_VERIFIER_NAME, _verifier(key)))
+
+            migrate(conn, VAULT_SCHEMA, seed=seed)
+            stored = self._stored_verifier()
+        except sqlite3.Error as exc:
+            raise translate(exc, "open vault") from exc
+        if stored is None or not hmac.compare_digest(stored, _verifier(key)):
+            raise MasterKeyError("the master key does not open this key vault")
+        return key
+
+    def _stored_verifier(self) -> bytes | None:
+        """The verifier row, ``None`` for a vault without a schema yet (``sqlite3.Error`` propagates)."""
+        conn = self._conn
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is None:
+            return None
+        row = conn.execute("SELECT value FROM meta WHERE name = ?", (_VERIFIER_NAME,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"SQLiteKeyVault({Path(self._path).name!r}, {state})"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _live(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreUnavailableError("the key vault is closed")
+        return self._conn
+
+    # ------------------------------------------------------------------ KeyVault
+
+    @property
+    def destroys_synchronously(self) -> bool:
+        """Destruction is complete (row scrubbed, WAL truncated) when :meth:`destroy` returns."""
+        return True
+
+    def seal(self, context: str, plaintext: bytes) -> SealedEnvelope:
+        """Encrypt under a fresh key bound to ``context``; the wrapped key is durable on return."""
+        key = AESGCM.generate_key(bit_length=256)
+        key_ref = "key_" + secrets.token_hex(16)
+        nonce = secrets.token_bytes(_NONCE_BYTES)
+        ciphertext = AESGCM(key).encrypt(nonce, plaintext, context.encode("utf-8"))
+        wrapped = _wrap(self._master, key_ref, key)
+        with self._lock:
+            try:
+                self._live().execute("INSERT INTO data_keys (key_ref, wrapped) VALUES (?, ?)", (key_ref, wrapped))
+            except sqlite3.Error as exc:
+                raise translate(exc, "seal") from exc
+        return SealedEnvelope(key_ref=key_ref, nonce=nonce, ciphertext=ciphertext)
+
+    def open(self, envelope: SealedEnvelope, context: str) -> bytes:
+        """Decrypt; a missing key or a failed tag is a typed error."""
+        with self._lock:
+            try:
+                row = (
+                    self._live()
+                    .execute("SELECT wrapped FROM data_keys WHERE key_ref = ?", (envelope.key_ref,))
+                    .fetchone()
+                )
+            except sqlite3.Error as exc:
+                raise translate(exc, "open") from exc
+        if row is None:
+            raise KeyUnavailableError("data key is unknown or destroyed")
+        try:
+            key = _unwrap(self._master, envelope.key_ref, row[0])
+        except InvalidUnwrap as exc:
+            raise SealIntegrityError("wrapped data key failed authentication") from exc
+        try:
+            return AESGCM(key).decrypt(envelope.nonce, envelope.ciphertext, context.encode("utf-8"))
+        except InvalidTag as exc:
+            raise SealIntegrityError("sealed envelope failed authentication") from exc
+
+    def destroy(self, key_ref: str) -> None:
+        """Delete the wrapped key and scrub it from the WAL (no-op for an unknown key).
+
+        The checkpoint runs even when the row is already gone, so a retry completes a destruction
+        whose checkpoint was blocked earlier.
+
+        Raises:
+            StoreUnavailableError: the write-ahead log could not be truncated (another connection
+                kept reading past the busy timeout); the key is deleted but may survive in the WAL
+                until a retry succeeds.
+        """
+        with self._lock:
+            conn = self._live()
+            try:
+                conn.execute("DELETE FROM data_keys WHERE key_ref = ?", (key_ref,))
+                busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            except sqlite3.Error as exc:
+                raise translate(exc, "destroy") from exc
+        if busy:
+            raise StoreUnavailableError("key deleted but the vault's write-ahead log is still in use; retry destroy")
+
+    # ------------------------------------------------------------------ extras
+
+    def holds(self, key_ref: str) -> bool:
+        """Whether the key still exists (for tests and audits)."""
+        with self._lock:
+            try:
+                row = self._live().execute("SELECT 1 FROM data_keys WHERE key_ref = ?", (key_ref,)).fetchone()
+            except sqlite3.Error as exc:
+                raise translate(exc, "holds") from exc
+        return row is not None
+
+    def close(self) -> None:
+        """Close the vault file; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            with suppress(sqlite3.Error):
+                self._conn.close()

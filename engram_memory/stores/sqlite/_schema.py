@@ -1,0 +1,317 @@
+"""Versioned, transactional schema migrations for the SQLite store (and the SQLite key vault).
+
+A database carries three marks:
+
+* ``PRAGMA application_id`` — which kind of engram-memory file it is (store or key vault), so a
+  foreign SQLite file or the wrong kind of file is refused instead of being "upgraded";
+* ``PRAGMA user_version`` — the schema version, written in the same transaction as the migrations;
+* the ``schema_migrations`` ledger — one row per applied migration with its name and a checksum of
+  its statements; a ledger that disagrees with the migrations this library ships is refused.
+
+:func:`migrate` upgrades an older database inside one ``BEGIN IMMEDIATE`` transaction (a failure
+leaves the file exactly as it was), refuses a newer one with :class:`SchemaVersionError`, and does
+nothing but read when the file is current. Migrations are append-only: a released migration's
+statements never change (their checksum is in every database created since).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Callable
+
+import attrs
+
+from engram_memory.stores.sqlite._errors import MigrationLedgerError, SchemaVersionError
+
+__all__ = [
+    "STORE_APPLICATION_ID",
+    "STORE_SCHEMA",
+    "Migration",
+    "SchemaSpec",
+    "migrate",
+    "schema_version",
+]
+
+STORE_APPLICATION_ID = 0x456E_4753
+"""``PRAGMA application_id`` of an engram-memory store database ("EnGS")."""
+
+_LEDGER = """
+CREATE TABLE schema_migrations (
+    version INTEGER PRIMARY KEY CHECK (version > 0),
+    name TEXT NOT NULL,
+    checksum TEXT NOT NULL
+) STRICT
+"""
+
+
+@attrs.frozen
+class Migration:
+    """One schema step: ``sql`` holds ``;``-separated statements run in order in one transaction."""
+
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def statements(self) -> list[str]:
+        """The statements of ``sql`` (no statement of ours contains a ``;`` inside a literal)."""
+        return [statement.strip() for statement in self.sql.split(";") if statement.strip()]
+
+    @property
+    def checksum(self) -> str:
+        """``sha256:`` hex digest of the name and SQL text (recorded in the ledger)."""
+        text = self.name + "\0" + self.sql
+        return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@attrs.frozen
+class SchemaSpec:
+    """The migrations of one kind of database, numbered 1..n without gaps."""
+
+    kind: str
+    application_id: int
+    migrations: tuple[Migration, ...]
+
+    def __attrs_post_init__(self) -> None:
+        if [m.version for m in self.migrations] != list(range(1, len(self.migrations) + 1)):
+            raise ValueError("migrations must be numbered 1..n")
+
+    @property
+    def latest(self) -> int:
+        """The newest schema version."""
+        return len(self.migrations)
+
+
+# Released migrations are frozen: never edit their text (the checksum is in every database).
+
+_STATE_V1 = Migration(
+    1,
+    "journal-and-state",
+    """
+CREATE TABLE meta (
+    name TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+) STRICT, WITHOUT ROWID;
+
+-- scopes are interned: every other table carries the small integer, never the 71-character key
+CREATE TABLE scopes (
+    scope_id INTEGER PRIMARY KEY,
+    scope TEXT NOT NULL UNIQUE
+) STRICT;
+
+CREATE TABLE events (
+    scope_id INTEGER NOT NULL REFERENCES scopes (scope_id),
+    cursor INTEGER NOT NULL CHECK (cursor > 0),
+    event_digest TEXT NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (scope_id, cursor)
+) STRICT;
+
+CREATE TABLE idempotency (
+    scope_id INTEGER NOT NULL REFERENCES scopes (scope_id),
+    principal TEXT NOT NULL,
+    key TEXT NOT NULL,
+    intent_digest TEXT NOT NULL,
+    response BLOB NOT NULL,
+    PRIMARY KEY (scope_id, principal, key)
+) STRICT;
+
+CREATE TABLE candidates (
+    scope_id INTEGER NOT NULL REFERENCES scopes (scope_id),
+    candidate_id TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'rejected', 'withdrawn', 'admitted')),
+    created_cursor INTEGER NOT NULL,
+    record_digest TEXT NOT NULL,
+    key_ref TEXT,
+    nonce BLOB,
+    ciphertext BLOB,
+    policy_id TEXT NOT NULL,
+    policy_version TEXT NOT NULL,
+    record_id TEXT,
+    outcome BLOB,
+    PRIMARY KEY (scope_id, candidate_id),
+    CHECK ((key_ref IS NULL) = (nonce IS NULL) AND (nonce IS NULL) = (ciphertext IS NULL))
+) STRICT;
+
+CREATE TABLE records (
+    scope_id INTEGER NOT NULL REFERENCES scopes (scope_id),
+    record_id TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('accepted_current', 'accepted_disputed', 'historical', 'expired',
+                                         'trust_invalid', 'tombstoned')),
+    record_digest TEXT NOT NULL,
+    payload_digest TEXT NOT NULL,
+    key_ref TEXT,
+    nonce BLOB,
+    ciphertext BLOB,
+    recorded_cursor INTEGER NOT NULL,
+    accepted_cursor INTEGER NOT NULL,
+    valid_from INTEGER NOT NULL,
+    valid_to INTEGER,
+    expires_at_ms INTEGER,
+    trust_valid INTEGER NOT NULL CHECK (trust_valid IN (0, 1)),
+    PRIMARY KEY (scope_id, record_id),
+    CHECK ((key_ref IS NULL) = (nonce IS NULL) AND (nonce IS NULL) = (ciphertext IS NULL))
+) STRICT;
+
+CREATE TABLE tombstones (
+    scope_id INTEGER NOT NULL REFERENCES scopes (scope_id),
+    payload_digest TEXT NOT NULL,
+    PRIMARY KEY (scope_id, payload_digest)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE confirmations (
+    scope_id INTEGER NOT NULL REFERENCES scopes (scope_id),
+    confirmation_id TEXT NOT NULL,
+    PRIMARY KEY (scope_id, confirmation_id)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE doomed_keys (
+    scope_id INTEGER NOT NULL REFERENCES scopes (scope_id),
+    key_ref TEXT NOT NULL,
+    PRIMARY KEY (scope_id, key_ref)
+) STRICT, WITHOUT ROWID;
+""",
+)
+
+_INDEX_V2 = Migration(
+    2,
+    "lexical-index",
+    """
+-- one row per indexed record, whose term_keys concatenates its postings' term keys (16 bytes each)
+CREATE TABLE documents (
+    scope_id INTEGER NOT NULL REFERENCES scopes (scope_id),
+    record_id TEXT NOT NULL,
+    len_primary INTEGER NOT NULL,
+    len_decision INTEGER NOT NULL,
+    len_evidence INTEGER NOT NULL,
+    len_context INTEGER NOT NULL,
+    len_citations INTEGER NOT NULL,
+    term_count INTEGER NOT NULL,
+    term_keys BLOB NOT NULL,
+    PRIMARY KEY (scope_id, record_id)
+) STRICT;
+
+-- clustered on (scope, term key, record id): postings(term) is one range scan with no join, and each
+-- row carries the term frequencies, the document's field lengths and its eligibility inputs
+CREATE TABLE postings (
+    scope_id INTEGER NOT NULL,
+    term BLOB NOT NULL,
+    record_id TEXT NOT NULL,
+    tf_primary INTEGER NOT NULL,
+    tf_decision INTEGER NOT NULL,
+    tf_evidence INTEGER NOT NULL,
+    tf_context INTEGER NOT NULL,
+    tf_citations INTEGER NOT NULL,
+    len_primary INTEGER NOT NULL,
+    len_decision INTEGER NOT NULL,
+    len_evidence INTEGER NOT NULL,
+    len_context INTEGER NOT NULL,
+    len_citations INTEGER NOT NULL,
+    valid_from INTEGER NOT NULL,
+    valid_to INTEGER,
+    expires_at_ms INTEGER,
+    PRIMARY KEY (scope_id, term, record_id)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE index_stats (
+    scope_id INTEGER PRIMARY KEY REFERENCES scopes (scope_id),
+    documents INTEGER NOT NULL CHECK (documents >= 0),
+    total_primary INTEGER NOT NULL,
+    total_decision INTEGER NOT NULL,
+    total_evidence INTEGER NOT NULL,
+    total_context INTEGER NOT NULL,
+    total_citations INTEGER NOT NULL
+) STRICT;
+""",
+)
+
+STORE_SCHEMA = SchemaSpec(kind="store", application_id=STORE_APPLICATION_ID, migrations=(_STATE_V1, _INDEX_V2))
+"""The store's migrations: 1 = journal and state tables, 2 = the lexical index."""
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The file's ``PRAGMA user_version``."""
+    value: int = conn.execute("PRAGMA user_version").fetchone()[0]
+    return value
+
+
+def _check(conn: sqlite3.Connection, spec: SchemaSpec) -> int:
+    """Validate the file's marks and ledger against ``spec``; return its schema version."""
+    version = schema_version(conn)
+    application_id: int = conn.execute("PRAGMA application_id").fetchone()[0]
+    if version == 0:
+        objects = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if objects or application_id not in {0, spec.application_id}:
+            raise MigrationLedgerError(f"not an engram-memory {spec.kind} database", found=0, supported=spec.latest)
+        return 0
+    if application_id != spec.application_id:
+        raise MigrationLedgerError(f"not an engram-memory {spec.kind} database", found=version, supported=spec.latest)
+    if version > spec.latest:
+        raise SchemaVersionError(
+            f"{spec.kind} schema version {version} is newer than this library supports ({spec.latest})",
+            found=version,
+            supported=spec.latest,
+        )
+    try:
+        ledger = conn.execute("SELECT version, name, checksum FROM schema_migrations ORDER BY version").fetchall()
+    except sqlite3.OperationalError as exc:
+        raise MigrationLedgerError("schema ledger is missing", found=version, supported=spec.latest) from exc
+    expected = [(m.version, m.name, m.checksum) for m in spec.migrations[:version]]
+    if [tuple(row) for row in ledger] != expected:
+        raise MigrationLedgerError(
+            f"schema ledger does not match the shipped {spec.kind} migrations", found=version, supported=spec.latest
+        )
+    return version
+
+
+def migrate(
+    conn: sqlite3.Connection,
+    spec: SchemaSpec,
+    *,
+    target: int | None = None,
+    seed: Callable[[sqlite3.Connection], None] | None = None,
+) -> int:
+    """Bring the database to ``target`` (default: the latest version); return the version reached.
+
+    ``conn`` must be in autocommit mode (``isolation_level=None``) with no open transaction.
+    ``seed`` runs once, in the transaction that creates the schema from version 0 (for example to
+    store a random secret). A database already at or past ``target`` is only read.
+
+    Raises:
+        SchemaVersionError: the file is newer than ``spec``.
+        MigrationLedgerError: a foreign file, or a ledger that disagrees with ``spec``.
+        sqlite3.Error: the caller translates it (see :mod:`._errors`).
+    """
+    goal = spec.latest if target is None else target
+    if not 0 <= goal <= spec.latest:
+        raise ValueError("target outside the known migrations")
+    conn.execute("BEGIN")
+    try:
+        version = _check(conn, spec)
+    finally:
+        conn.execute("ROLLBACK")
+    if version >= goal:
+        return version
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = _check(conn, spec)  # again, under the write lock: another process may have migrated
+        if version == 0:
+            conn.execute(_LEDGER)
+        for migration in spec.migrations[version:goal]:
+            for statement in migration.statements:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name, checksum) VALUES (?, ?, ?)",
+                (migration.version, migration.name, migration.checksum),
+            )
+        if version == 0 and seed is not None:
+            seed(conn)
+        conn.execute(f"PRAGMA application_id = {int(spec.application_id)}")
+        conn.execute(f"PRAGMA user_version = {max(version, goal)}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return max(version, goal)

@@ -1,0 +1,172 @@
+"""``KeyVaultConformance``: the behaviour every :class:`~engram_memory.ports.KeyVault` must show.
+
+Bind it with one fixture::
+
+    class TestMyVault(KeyVaultConformance):
+        @pytest.fixture
+        def vault(self) -> MyVault:
+            return MyVault(...)
+
+Capability fixture: ``key_material`` may return a callable that reveals the raw key bytes of a
+``key_ref`` (test-only access); the suite then also proves the key never appears in ``repr``
+or exception text. By default it returns ``None`` and only plaintext leaks are checked.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+
+import attrs
+import pytest
+
+from engram_memory.errors import KeyUnavailableError, SealIntegrityError
+from engram_memory.ports import KeyVault, SealedEnvelope
+
+__all__ = ["KeyMaterial", "KeyVaultConformance"]
+
+KeyMaterial = Callable[[KeyVault, str], bytes]
+"""Reveals the raw key bytes behind a key ref (only a test binding can provide this)."""
+
+CONTEXT = "sha256:" + "ab" * 32
+OTHER_CONTEXT = "sha256:" + "cd" * 32
+PLAINTEXT = b'{"text":"zqkeyvaultplaintext conformance"}'
+
+
+def _flip(data: bytes, position: int) -> bytes:
+    mutated = bytearray(data)
+    mutated[position] ^= 0x01
+    return bytes(mutated)
+
+
+def _spellings(secret: bytes) -> list[bytes]:
+    return [secret, secret.hex().encode(), base64.b64encode(secret), repr(secret).encode()]
+
+
+class KeyVaultConformance:
+    """The KeyVault suite. Subclass it and override the ``vault`` fixture."""
+
+    @pytest.fixture
+    def vault(self) -> KeyVault:
+        """The vault under test (fresh for every test)."""
+        raise NotImplementedError("backend test classes must override the vault fixture")
+
+    @pytest.fixture
+    def key_material(self) -> KeyMaterial | None:
+        """Capability: reveals raw key bytes so the suite can look for them; ``None`` by default."""
+        return None
+
+    def test_seal_then_open_round_trips(self, vault: KeyVault) -> None:
+        """Opening with the sealing context returns the exact plaintext."""
+        envelope = vault.seal(CONTEXT, PLAINTEXT)
+        assert vault.open(envelope, CONTEXT) == PLAINTEXT
+
+    def test_an_empty_plaintext_round_trips(self, vault: KeyVault) -> None:
+        """Zero bytes seal and open like any other plaintext."""
+        assert vault.open(vault.seal(CONTEXT, b""), CONTEXT) == b""
+
+    def test_the_ciphertext_does_not_contain_the_plaintext(self, vault: KeyVault) -> None:
+        """The envelope's bytes never hold the plaintext in clear."""
+        envelope = vault.seal(CONTEXT, PLAINTEXT)
+        assert PLAINTEXT not in envelope.ciphertext
+        assert b"zqkeyvaultplaintext" not in envelope.ciphertext + envelope.nonce
+        assert b"zqkeyvaultplaintext" not in repr(envelope).encode()
+
+    def test_a_wrong_context_fails_integrity(self, vault: KeyVault) -> None:
+        """Opening with another context raises SealIntegrityError."""
+        envelope = vault.seal(CONTEXT, PLAINTEXT)
+        with pytest.raises(SealIntegrityError):
+            vault.open(envelope, OTHER_CONTEXT)
+
+    @pytest.mark.parametrize("position", [0, 7, -1])
+    def test_tampered_ciphertext_fails_integrity(self, vault: KeyVault, position: int) -> None:
+        """A flipped ciphertext bit raises SealIntegrityError."""
+        envelope = vault.seal(CONTEXT, PLAINTEXT)
+        tampered = attrs.evolve(envelope, ciphertext=_flip(envelope.ciphertext, position))
+        with pytest.raises(SealIntegrityError):
+            vault.open(tampered, CONTEXT)
+
+    def test_a_tampered_nonce_fails_integrity(self, vault: KeyVault) -> None:
+        """A flipped nonce bit raises SealIntegrityError."""
+        envelope = vault.seal(CONTEXT, PLAINTEXT)
+        tampered = attrs.evolve(envelope, nonce=_flip(envelope.nonce, 0))
+        with pytest.raises(SealIntegrityError):
+            vault.open(tampered, CONTEXT)
+
+    def test_a_truncated_ciphertext_fails_integrity(self, vault: KeyVault) -> None:
+        """A ciphertext cut short raises SealIntegrityError (never another exception)."""
+        envelope = vault.seal(CONTEXT, PLAINTEXT)
+        with pytest.raises(SealIntegrityError):
+            vault.open(attrs.evolve(envelope, ciphertext=envelope.ciphertext[:-1]), CONTEXT)
+
+    def test_another_keys_envelope_does_not_open(self, vault: KeyVault) -> None:
+        """Swapping the key ref of an envelope for another live key fails integrity."""
+        first = vault.seal(CONTEXT, PLAINTEXT)
+        second = vault.seal(CONTEXT, PLAINTEXT)
+        with pytest.raises(SealIntegrityError):
+            vault.open(attrs.evolve(first, key_ref=second.key_ref), CONTEXT)
+
+    def test_a_destroyed_key_is_unavailable(self, vault: KeyVault) -> None:
+        """After ``destroy`` the envelope no longer opens: KeyUnavailableError."""
+        envelope = vault.seal(CONTEXT, PLAINTEXT)
+        vault.destroy(envelope.key_ref)
+        if not vault.destroys_synchronously:
+            pytest.skip("the vault schedules destruction")
+        with pytest.raises(KeyUnavailableError):
+            vault.open(envelope, CONTEXT)
+
+    def test_destroying_one_key_keeps_the_others(self, vault: KeyVault) -> None:
+        """Destroying a key leaves envelopes sealed under other keys readable."""
+        doomed = vault.seal(CONTEXT, PLAINTEXT)
+        kept = vault.seal(OTHER_CONTEXT, b"kept")
+        vault.destroy(doomed.key_ref)
+        assert vault.open(kept, OTHER_CONTEXT) == b"kept"
+
+    def test_an_unknown_key_is_unavailable(self, vault: KeyVault) -> None:
+        """An envelope naming a key the vault never made raises KeyUnavailableError."""
+        envelope = vault.seal(CONTEXT, PLAINTEXT)
+        with pytest.raises(KeyUnavailableError):
+            vault.open(attrs.evolve(envelope, key_ref=envelope.key_ref + "0"), CONTEXT)
+
+    def test_destroy_is_idempotent(self, vault: KeyVault) -> None:
+        """Destroying twice, or destroying an unknown key, is a no-op."""
+        envelope = vault.seal(CONTEXT, PLAINTEXT)
+        vault.destroy(envelope.key_ref)
+        vault.destroy(envelope.key_ref)
+        vault.destroy("key_that_never_existed")
+
+    def test_every_seal_uses_a_fresh_key_and_nonce(self, vault: KeyVault) -> None:
+        """Two seals of the same plaintext give different key refs, nonces and ciphertexts."""
+        first = vault.seal(CONTEXT, PLAINTEXT)
+        second = vault.seal(CONTEXT, PLAINTEXT)
+        assert first.key_ref != second.key_ref
+        assert first.nonce != second.nonce
+        assert first.ciphertext != second.ciphertext
+
+    def test_nothing_secret_appears_in_repr_or_errors(self, vault: KeyVault, key_material: KeyMaterial | None) -> None:
+        """Neither plaintext nor key material shows in reprs or exception text."""
+        envelope = vault.seal(CONTEXT, PLAINTEXT)
+        texts = [repr(vault), str(vault), repr(envelope), str(envelope)]
+        with pytest.raises(SealIntegrityError) as integrity:
+            vault.open(envelope, OTHER_CONTEXT)
+        texts += [str(integrity.value), repr(integrity.value), *getattr(integrity.value, "__notes__", [])]
+        secrets = [b"zqkeyvaultplaintext"]
+        if key_material is not None:
+            secrets += _spellings(key_material(vault, envelope.key_ref))
+        vault.destroy(envelope.key_ref)
+        if vault.destroys_synchronously:
+            with pytest.raises(KeyUnavailableError) as unavailable:
+                vault.open(envelope, CONTEXT)
+            texts += [str(unavailable.value), repr(unavailable.value)]
+        blob = "\n".join(texts).encode()
+        for secret in secrets:
+            assert secret not in blob
+
+    def test_the_envelope_is_a_plain_value(self, vault: KeyVault) -> None:
+        """``seal`` returns a SealedEnvelope with bytes fields (storable by any Store)."""
+        envelope = vault.seal(CONTEXT, PLAINTEXT)
+        assert isinstance(envelope, SealedEnvelope)
+        assert isinstance(envelope.key_ref, str)
+        assert envelope.key_ref
+        assert isinstance(envelope.nonce, bytes)
+        assert isinstance(envelope.ciphertext, bytes)

@@ -1,0 +1,560 @@
+"""``StoreConformance``: the behaviour every :class:`~engram_memory.ports.Store` must show.
+
+Bind it with one fixture::
+
+    class TestMyStore(StoreConformance):
+        @pytest.fixture
+        def store(self) -> Iterator[MyStore]:
+            s = MyStore(...)
+            yield s
+            s.close()
+
+Optional behaviours are capability fixtures: override ``persists_across_reopen`` to return
+``True`` and ``reopen`` to return a callable that opens a second store over the same data.
+Only port-level behaviour and port exceptions are asserted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pytest
+
+from engram_memory.context import scope_key
+from engram_memory.errors import StoreConflictError
+from engram_memory.journal import build_event
+from engram_memory.ports import (
+    FIELDS,
+    CandidateRow,
+    IdempotencyRow,
+    IndexedDocument,
+    JournalEvent,
+    Posting,
+    RecordRow,
+    SealedEnvelope,
+    Store,
+    StoreReader,
+    UnitOfWork,
+)
+
+__all__ = ["StoreConformance"]
+
+SCOPE_A = scope_key("tenant-a", "workspace-1")
+SCOPE_B = scope_key("tenant-b", "workspace-1")
+SCOPE_C = scope_key("tenant-a", "workspace-2")
+
+
+class _AbortUnitError(Exception):
+    """Raised inside a unit of work to force a rollback."""
+
+
+def _sealed(tag: str) -> SealedEnvelope:
+    return SealedEnvelope(key_ref=f"key_{tag}", nonce=b"\x01" * 12, ciphertext=f"ciphertext-{tag}".encode())
+
+
+def _digest(tag: str) -> str:
+    return "sha256:" + (tag.encode().hex() * 64)[:64]
+
+
+def _candidate(candidate_id: str, state: Any = "pending", cursor: int = 1) -> CandidateRow:
+    return CandidateRow(
+        candidate_id=candidate_id,
+        state=state,
+        created_cursor=cursor,
+        record_digest=_digest(candidate_id),
+        sealed=_sealed(candidate_id) if state == "pending" else None,
+        policy_id="policy:test",
+        policy_version="1",
+    )
+
+
+def _record(record_id: str, state: Any = "accepted_current", cursor: int = 1) -> RecordRow:
+    return RecordRow(
+        record_id=record_id,
+        state=state,
+        record_digest=_digest(record_id),
+        payload_digest=_digest("payload-" + record_id),
+        sealed=None if state == "tombstoned" else _sealed(record_id),
+        recorded_cursor=cursor,
+        accepted_cursor=cursor,
+        valid_from=1_000,
+        valid_to=None,
+        expires_at_ms=None,
+    )
+
+
+def _document(record_id: str, terms: dict[str, tuple[int, ...]], valid_to: int | None = None) -> IndexedDocument:
+    lengths = tuple(sum(frequencies[position] for frequencies in terms.values()) for position in range(len(FIELDS)))
+    return IndexedDocument(
+        record_id=record_id, lengths=lengths, terms=terms, valid_from=1_000, valid_to=valid_to, expires_at_ms=None
+    )
+
+
+def _run_unit(store: Store, scope: str, body: Callable[[UnitOfWork], None]) -> None:
+    with store.write(scope) as unit:
+        body(unit)
+
+
+def _append(unit: UnitOfWork, operation: str = "test") -> JournalEvent:
+    event, _body = build_event(unit, recorded_at="2026-01-01T00:00:00.000Z", operation=operation)
+    unit.append_event(event)
+    return event
+
+
+def _freq(
+    primary: int = 0, decision: int = 0, evidence: int = 0, context: int = 0, citations: int = 0
+) -> tuple[int, ...]:
+    return (primary, decision, evidence, context, citations)
+
+
+def _populate(unit: UnitOfWork, tag: str) -> None:
+    """Write one of everything a unit of work can write."""
+    _append(unit, "capture")
+    unit.put_idempotency("principal-1", f"key-{tag}", IdempotencyRow(intent_digest=_digest(tag), response=b"{}"))
+    unit.put_candidate(_candidate(f"candidate-{tag}"))
+    unit.put_record(_record(f"mem_{tag}"))
+    unit.add_tombstone(_digest("tomb-" + tag))
+    unit.consume_confirmation(f"confirmation-{tag}")
+    unit.index_document(
+        _document(f"mem_{tag}", {f"word{tag}": _freq(primary=2, context=1), "shared": _freq(decision=1)})
+    )
+    unit.doom_key(f"key_doomed_{tag}")
+
+
+_PROBE_TAGS = ("a", "b", "c", "x")
+
+
+def _snapshot(reader: StoreReader, tags: Iterable[str] = _PROBE_TAGS) -> dict[str, Any]:
+    """Everything every reader method reports about the probed ids, keys and terms."""
+    tags = tuple(tags)
+    terms = ["shared", "fresh", *(f"word{tag}" for tag in tags)]
+    return {
+        "high_water": reader.high_water(),
+        "last_event_digest": reader.last_event_digest(),
+        "events": list(reader.events()),
+        "idempotency": {tag: reader.idempotency("principal-1", f"key-{tag}") for tag in tags},
+        "candidate": {tag: reader.candidate(f"candidate-{tag}") for tag in tags},
+        "record": {tag: reader.record(f"mem_{tag}") for tag in tags},
+        "candidates": list(reader.candidates()),
+        "records": list(reader.records()),
+        "tombstoned": {tag: reader.is_tombstoned_payload(_digest("tomb-" + tag)) for tag in tags},
+        "confirmations": {tag: reader.confirmation_used(f"confirmation-{tag}") for tag in tags},
+        "index_stats": reader.index_stats(),
+        "postings": {term: list(reader.postings(term)) for term in terms},
+        "indexed_ids": list(reader.indexed_ids()),
+        "doomed_keys": reader.doomed_keys(),
+    }
+
+
+class StoreConformance:
+    """The Store suite. Subclass it and override the ``store`` fixture."""
+
+    @pytest.fixture
+    def store(self) -> Store:
+        """The store under test (fresh and empty for every test)."""
+        raise NotImplementedError("backend test classes must override the store fixture")
+
+    @pytest.fixture
+    def persists_across_reopen(self) -> bool:
+        """Capability: a second store opened over the same data sees committed writes."""
+        return False
+
+    @pytest.fixture
+    def reopen(self) -> Callable[[], Store]:
+        """Opens another store over the same data as ``store`` (only used when it persists)."""
+        raise NotImplementedError("override reopen when persists_across_reopen is True")
+
+    # ------------------------------------------------------------------ empty store
+
+    def test_an_empty_scope_reads_as_empty(self, store: Store) -> None:
+        """A scope nobody wrote to has no events, rows, index entries or doomed keys."""
+        with store.read(SCOPE_A) as reader:
+            snap = _snapshot(reader)
+        assert snap["high_water"] == 0
+        assert snap["last_event_digest"] is None
+        assert snap["events"] == []
+        assert all(value is None for value in snap["idempotency"].values())
+        assert all(value is None for value in snap["candidate"].values())
+        assert all(value is None for value in snap["record"].values())
+        assert snap["candidates"] == []
+        assert snap["records"] == []
+        assert not any(snap["tombstoned"].values())
+        assert not any(snap["confirmations"].values())
+        assert snap["index_stats"].documents == 0
+        assert tuple(snap["index_stats"].total_lengths) == (0,) * len(FIELDS)
+        assert all(postings == [] for postings in snap["postings"].values())
+        assert snap["indexed_ids"] == []
+        assert snap["doomed_keys"] == []
+        assert store.scopes() == []
+
+    def test_secret_is_32_stable_bytes(self, store: Store) -> None:
+        """The per-store MAC secret is 32 bytes and the same on every call."""
+        assert len(store.secret()) == 32
+        assert store.secret() == store.secret()
+
+    def test_close_is_idempotent(self, store: Store) -> None:
+        """Closing twice is harmless."""
+        store.close()
+        store.close()
+
+    # ------------------------------------------------------------------ journal
+
+    def test_events_come_back_in_cursor_order(self, store: Store) -> None:
+        """Events appended over several units come back dense from 1, in cursor order."""
+        appended = []
+        for _ in range(3):
+            with store.write(SCOPE_A) as unit:
+                appended.append(_append(unit))
+        with store.read(SCOPE_A) as reader:
+            assert [e.cursor for e in reader.events()] == [1, 2, 3]
+            assert list(reader.events()) == appended
+            assert list(reader.events(after=1)) == appended[1:]
+            assert list(reader.events(after=3)) == []
+            assert reader.high_water() == 3
+            assert reader.last_event_digest() == appended[-1].event_digest
+
+    def test_several_events_in_one_unit(self, store: Store) -> None:
+        """A unit may append several consecutive events; its reads see them before commit."""
+        with store.write(SCOPE_A) as unit:
+            _append(unit)
+            second = _append(unit)
+            assert unit.high_water() == 2
+            assert unit.last_event_digest() == second.event_digest
+        with store.read(SCOPE_A) as reader:
+            assert reader.high_water() == 2
+
+    def test_appending_a_cursor_that_is_not_next_conflicts(self, store: Store) -> None:
+        """An event whose cursor is not ``high_water() + 1`` raises StoreConflictError."""
+        with store.write(SCOPE_A) as unit:
+            first = _append(unit)
+        skipping = JournalEvent(cursor=3, event_digest=_digest("skip"), body=b"{}")
+        with pytest.raises(StoreConflictError), store.write(SCOPE_A) as unit:
+            unit.append_event(skipping)
+        with pytest.raises(StoreConflictError), store.write(SCOPE_A) as unit:
+            unit.append_event(first)
+        with store.read(SCOPE_A) as reader:
+            assert list(reader.events()) == [first]
+
+    def test_each_scope_starts_its_journal_at_one(self, store: Store) -> None:
+        """Cursors are per scope: the first event of every scope is cursor 1."""
+        for scope in (SCOPE_A, SCOPE_A, SCOPE_B, SCOPE_C):
+            with store.write(scope) as unit:
+                _append(unit)
+        with store.read(SCOPE_B) as reader:
+            assert [e.cursor for e in reader.events()] == [1]
+        with store.read(SCOPE_A) as reader:
+            assert [e.cursor for e in reader.events()] == [1, 2]
+
+    def test_scopes_lists_scopes_with_events_sorted(self, store: Store) -> None:
+        """``scopes()`` is sorted and lists only scopes that have at least one event."""
+        for scope in (SCOPE_C, SCOPE_A):
+            with store.write(scope) as unit:
+                _append(unit)
+        with store.write(SCOPE_B) as unit:
+            unit.doom_key("key_without_event")
+        assert store.scopes() == sorted([SCOPE_A, SCOPE_C])
+
+    # ------------------------------------------------------------------ atomicity
+
+    def test_a_unit_commits_when_the_block_ends(self, store: Store) -> None:
+        """Every write of a unit is visible to later readers once the block exits normally."""
+        with store.write(SCOPE_A) as unit:
+            _populate(unit, "a")
+            inside = _snapshot(unit)
+        with store.read(SCOPE_A) as reader:
+            assert _snapshot(reader) == inside
+        assert inside["high_water"] == 1
+        assert inside["candidate"]["a"] == _candidate("candidate-a")
+        assert inside["record"]["a"] == _record("mem_a")
+        assert inside["tombstoned"]["a"] is True
+        assert inside["confirmations"]["a"] is True
+        assert inside["indexed_ids"] == ["mem_a"]
+        assert inside["doomed_keys"] == ["key_doomed_a"]
+
+    def test_an_exception_rolls_back_every_write(self, store: Store) -> None:
+        """An exception inside the unit undoes events, rows, index, idempotency and the rest."""
+        with store.write(SCOPE_A) as unit:
+            _populate(unit, "a")
+        with store.read(SCOPE_A) as reader:
+            before = _snapshot(reader)
+
+        def doomed(unit: UnitOfWork) -> None:
+            _populate(unit, "b")
+            _append(unit)
+            unit.put_candidate(_candidate("candidate-a", state="withdrawn"))
+            unit.put_record(_record("mem_a", state="tombstoned"))
+            unit.unindex("mem_a")
+            unit.index_document(_document("mem_x", {"fresh": _freq(primary=1)}))
+            unit.clear_doomed_key("key_doomed_a")
+            assert _snapshot(unit) != before
+            raise _AbortUnitError
+
+        with pytest.raises(_AbortUnitError):
+            _run_unit(store, SCOPE_A, doomed)
+        with store.read(SCOPE_A) as reader:
+            assert _snapshot(reader) == before
+
+    def test_a_conflict_rolls_back_the_whole_unit(self, store: Store) -> None:
+        """A StoreConflictError raised by the port leaves none of the unit's earlier writes."""
+        with store.write(SCOPE_A) as unit:
+            _populate(unit, "a")
+        with store.read(SCOPE_A) as reader:
+            before = _snapshot(reader)
+
+        def conflicting(unit: UnitOfWork) -> None:
+            _append(unit)
+            unit.put_candidate(_candidate("candidate-b"))
+            unit.index_document(_document("mem_b", {"wordb": _freq(primary=1)}))
+            unit.put_idempotency("principal-1", "key-a", IdempotencyRow(intent_digest=_digest("z"), response=b"[]"))
+
+        with pytest.raises(StoreConflictError):
+            _run_unit(store, SCOPE_A, conflicting)
+        with store.read(SCOPE_A) as reader:
+            assert _snapshot(reader) == before
+
+    def test_a_rolled_back_first_unit_leaves_no_scope(self, store: Store) -> None:
+        """A scope whose only unit rolled back is not listed and still reads as empty."""
+        with store.read(SCOPE_A) as reader:
+            empty = _snapshot(reader)
+
+        def doomed(unit: UnitOfWork) -> None:
+            _populate(unit, "a")
+            raise _AbortUnitError
+
+        with pytest.raises(_AbortUnitError):
+            _run_unit(store, SCOPE_A, doomed)
+        assert store.scopes() == []
+        with store.read(SCOPE_A) as reader:
+            assert _snapshot(reader) == empty
+
+    # ------------------------------------------------------------------ idempotency and confirmations
+
+    def test_an_idempotency_binding_is_never_overwritten(self, store: Store) -> None:
+        """Binding a bound (principal, key) again conflicts and keeps the first row."""
+        first = IdempotencyRow(intent_digest=_digest("first"), response=b'{"n":1}')
+        with store.write(SCOPE_A) as unit:
+            _append(unit)
+            unit.put_idempotency("principal-1", "key-a", first)
+        second = IdempotencyRow(intent_digest=_digest("second"), response=b'{"n":2}')
+        with pytest.raises(StoreConflictError), store.write(SCOPE_A) as unit:
+            unit.put_idempotency("principal-1", "key-a", second)
+        with store.read(SCOPE_A) as reader:
+            assert reader.idempotency("principal-1", "key-a") == first
+
+    def test_an_idempotency_binding_conflicts_within_one_unit(self, store: Store) -> None:
+        """A second binding of the same pair inside one unit conflicts too."""
+        row = IdempotencyRow(intent_digest=_digest("one"), response=b"{}")
+
+        def twice(unit: UnitOfWork) -> None:
+            unit.put_idempotency("principal-1", "key-a", row)
+            unit.put_idempotency("principal-1", "key-a", row)
+
+        with pytest.raises(StoreConflictError):
+            _run_unit(store, SCOPE_A, twice)
+        with store.read(SCOPE_A) as reader:
+            assert reader.idempotency("principal-1", "key-a") is None
+
+    def test_idempotency_keys_are_scoped_per_principal_and_scope(self, store: Store) -> None:
+        """The same key binds independently for another principal and in another scope."""
+        rows = {
+            (SCOPE_A, "principal-1"): IdempotencyRow(intent_digest=_digest("a1"), response=b"1"),
+            (SCOPE_A, "principal-2"): IdempotencyRow(intent_digest=_digest("a2"), response=b"2"),
+            (SCOPE_B, "principal-1"): IdempotencyRow(intent_digest=_digest("b1"), response=b"3"),
+        }
+        for (scope, principal), row in rows.items():
+            with store.write(scope) as unit:
+                unit.put_idempotency(principal, "key-shared", row)
+        for (scope, principal), row in rows.items():
+            with store.read(scope) as reader:
+                assert reader.idempotency(principal, "key-shared") == row
+        with store.read(SCOPE_B) as reader:
+            assert reader.idempotency("principal-2", "key-shared") is None
+
+    def test_a_confirmation_is_consumed_once(self, store: Store) -> None:
+        """Consuming a used confirmation id conflicts; the id stays used."""
+        with store.write(SCOPE_A) as unit:
+            unit.consume_confirmation("confirmation-1")
+        with pytest.raises(StoreConflictError), store.write(SCOPE_A) as unit:
+            unit.consume_confirmation("confirmation-1")
+        with store.read(SCOPE_A) as reader:
+            assert reader.confirmation_used("confirmation-1")
+        with store.read(SCOPE_B) as reader:
+            assert not reader.confirmation_used("confirmation-1")
+
+    # ------------------------------------------------------------------ rows
+
+    def test_rows_are_replaced_and_listed_by_id(self, store: Store) -> None:
+        """``put_*`` inserts or replaces; ``candidates()``/``records()`` are ordered by id."""
+        with store.write(SCOPE_A) as unit:
+            for tag in ("c", "a", "b"):
+                unit.put_candidate(_candidate(f"candidate-{tag}"))
+                unit.put_record(_record(f"mem_{tag}"))
+        with store.write(SCOPE_A) as unit:
+            unit.put_candidate(_candidate("candidate-b", state="withdrawn"))
+            unit.put_record(_record("mem_b", state="tombstoned"))
+        with store.read(SCOPE_A) as reader:
+            assert [c.candidate_id for c in reader.candidates()] == ["candidate-a", "candidate-b", "candidate-c"]
+            assert [r.record_id for r in reader.records()] == ["mem_a", "mem_b", "mem_c"]
+            assert reader.candidate("candidate-b") == _candidate("candidate-b", state="withdrawn")
+            assert reader.record("mem_b") == _record("mem_b", state="tombstoned")
+
+    def test_a_candidate_row_round_trips_every_field(self, store: Store) -> None:
+        """Optional fields (record id, outcome bytes) and the sealed envelope come back equal."""
+        admitted = CandidateRow(
+            candidate_id="candidate-a",
+            state="admitted",
+            created_cursor=7,
+            record_digest=_digest("r"),
+            sealed=None,
+            policy_id="policy:test",
+            policy_version="2",
+            record_id="mem_a",
+            outcome=b'{"status":"accepted"}',
+        )
+        with store.write(SCOPE_A) as unit:
+            unit.put_candidate(admitted)
+            unit.put_candidate(_candidate("candidate-b"))
+        with store.read(SCOPE_A) as reader:
+            assert reader.candidate("candidate-a") == admitted
+            pending = reader.candidate("candidate-b")
+        assert pending is not None
+        assert pending.sealed == _sealed("candidate-b")
+
+    def test_tombstoned_payloads_are_remembered(self, store: Store) -> None:
+        """``add_tombstone`` makes ``is_tombstoned_payload`` true for that digest only."""
+        with store.write(SCOPE_A) as unit:
+            unit.add_tombstone(_digest("gone"))
+            unit.add_tombstone(_digest("gone"))
+        with store.read(SCOPE_A) as reader:
+            assert reader.is_tombstoned_payload(_digest("gone"))
+            assert not reader.is_tombstoned_payload(_digest("kept"))
+
+    def test_doomed_keys_are_listed_sorted_until_cleared(self, store: Store) -> None:
+        """Doomed keys are listed sorted and disappear once cleared (clearing twice is harmless)."""
+        with store.write(SCOPE_A) as unit:
+            unit.doom_key("key_b")
+            unit.doom_key("key_a")
+        with store.read(SCOPE_A) as reader:
+            assert reader.doomed_keys() == ["key_a", "key_b"]
+        for _ in range(2):
+            with store.write(SCOPE_A) as unit:
+                unit.clear_doomed_key("key_a")
+        with store.read(SCOPE_A) as reader:
+            assert reader.doomed_keys() == ["key_b"]
+
+    # ------------------------------------------------------------------ isolation
+
+    def test_every_reader_method_is_scope_isolated(self, store: Store) -> None:
+        """What scope A holds is invisible through every reader method of scopes B and C."""
+        with store.read(SCOPE_B) as reader:
+            empty = _snapshot(reader)
+        with store.write(SCOPE_A) as unit:
+            for tag in ("a", "b"):
+                _populate(unit, tag)
+        with store.read(SCOPE_A) as reader:
+            full = _snapshot(reader)
+        assert full != empty
+        for other in (SCOPE_B, SCOPE_C):
+            with store.read(other) as reader:
+                assert _snapshot(reader) == empty
+        with store.write(SCOPE_B) as unit:
+            _populate(unit, "a")
+        with store.read(SCOPE_A) as reader:
+            assert _snapshot(reader) == full
+        with store.read(SCOPE_C) as reader:
+            assert _snapshot(reader) == empty
+
+    # ------------------------------------------------------------------ index
+
+    def test_postings_and_stats_agree_with_indexed_documents(self, store: Store) -> None:
+        """Postings list exactly the documents holding a term, by id; stats sum the lengths."""
+        documents = [
+            _document("mem_b", {"alpha": _freq(primary=2), "beta": _freq(context=1)}, valid_to=9_000),
+            _document("mem_a", {"alpha": _freq(decision=1, citations=3)}),
+            _document("mem_c", {"gamma": _freq(evidence=4)}),
+        ]
+        with store.write(SCOPE_A) as unit:
+            for document in documents:
+                unit.index_document(document)
+        with store.read(SCOPE_A) as reader:
+            stats = reader.index_stats()
+            assert stats.documents == 3
+            assert tuple(stats.total_lengths) == tuple(
+                sum(d.lengths[position] for d in documents) for position in range(len(FIELDS))
+            )
+            assert list(reader.indexed_ids()) == ["mem_a", "mem_b", "mem_c"]
+            assert list(reader.postings("alpha")) == [
+                Posting(
+                    record_id="mem_a",
+                    frequencies=_freq(decision=1, citations=3),
+                    lengths=documents[1].lengths,
+                    valid_from=1_000,
+                    valid_to=None,
+                    expires_at_ms=None,
+                ),
+                Posting(
+                    record_id="mem_b",
+                    frequencies=_freq(primary=2),
+                    lengths=documents[0].lengths,
+                    valid_from=1_000,
+                    valid_to=9_000,
+                    expires_at_ms=None,
+                ),
+            ]
+            assert [p.record_id for p in reader.postings("gamma")] == ["mem_c"]
+            assert list(reader.postings("absent")) == []
+
+    def test_reindexing_a_record_replaces_its_entry(self, store: Store) -> None:
+        """Indexing the same record again drops its old terms and does not double-count."""
+        with store.write(SCOPE_A) as unit:
+            unit.index_document(_document("mem_a", {"old": _freq(primary=3)}))
+        replacement = _document("mem_a", {"new": _freq(context=2)})
+        with store.write(SCOPE_A) as unit:
+            unit.index_document(replacement)
+        with store.read(SCOPE_A) as reader:
+            assert list(reader.postings("old")) == []
+            assert [p.record_id for p in reader.postings("new")] == ["mem_a"]
+            assert reader.index_stats().documents == 1
+            assert tuple(reader.index_stats().total_lengths) == replacement.lengths
+
+    def test_unindex_purges_every_trace(self, store: Store) -> None:
+        """After ``unindex`` no posting, id or length of the record remains; absent ids are a no-op."""
+        kept = _document("mem_b", {"shared": _freq(primary=1)})
+        with store.write(SCOPE_A) as unit:
+            unit.index_document(_document("mem_a", {"shared": _freq(primary=2), "only": _freq(context=5)}))
+            unit.index_document(kept)
+        with store.write(SCOPE_A) as unit:
+            unit.unindex("mem_a")
+            unit.unindex("mem_a")
+            unit.unindex("mem_never")
+        with store.read(SCOPE_A) as reader:
+            assert list(reader.postings("only")) == []
+            assert [p.record_id for p in reader.postings("shared")] == ["mem_b"]
+            assert list(reader.indexed_ids()) == ["mem_b"]
+            assert reader.index_stats().documents == 1
+            assert tuple(reader.index_stats().total_lengths) == kept.lengths
+
+    # ------------------------------------------------------------------ capabilities
+
+    def test_committed_writes_survive_reopening(
+        self, store: Store, persists_across_reopen: bool, request: pytest.FixtureRequest
+    ) -> None:
+        """Capability ``persists_across_reopen``: another store over the same data reads the same."""
+        if not persists_across_reopen:
+            pytest.skip("the backend does not persist across reopen")
+        with store.write(SCOPE_A) as unit:
+            _populate(unit, "a")
+        with store.read(SCOPE_A) as reader:
+            before = _snapshot(reader)
+        secret = store.secret()
+        store.close()
+        reopen: Callable[[], Store] = request.getfixturevalue("reopen")
+        again = reopen()
+        try:
+            with again.read(SCOPE_A) as reader:
+                assert _snapshot(reader) == before
+            assert again.secret() == secret
+            assert again.scopes() == [SCOPE_A]
+        finally:
+            again.close()

@@ -1,0 +1,318 @@
+"""SQLiteKeyVault: sealing like InMemoryKeyVault, wrapped keys, master-key checks, real destruction."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+from engram_memory.errors import KeyUnavailableError, SealIntegrityError, StoreUnavailableError
+from engram_memory.keyvaults.memory import InMemoryKeyVault
+from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, MasterKeyError, SQLiteKeyVault, _unwrap
+from engram_memory.ports import KeyVault
+from engram_memory.stores.sqlite import MigrationLedgerError, SchemaVersionError, SQLiteStore
+from engram_memory.testing import KeyVaultConformance
+from engram_memory.testing.keyvault import KeyMaterial
+
+MASTER = bytes(range(32))
+CONTEXT = "scope:candidate-1"
+
+
+@pytest.fixture
+def vault_path(tmp_path: Path) -> Path:
+    return tmp_path / "vault.db"
+
+
+@pytest.fixture
+def vault(vault_path: Path) -> Iterator[SQLiteKeyVault]:
+    opened = SQLiteKeyVault(vault_path, MASTER)
+    yield opened
+    opened.close()
+
+
+def _files(path: Path) -> bytes:
+    """The bytes of the vault database and its WAL and shared-memory files, as they are now."""
+    return b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists())
+
+
+def _wrapped(path: Path, key_ref: str) -> bytes:
+    raw = sqlite3.connect(path)
+    try:
+        row = raw.execute("SELECT wrapped FROM data_keys WHERE key_ref = ?", (key_ref,)).fetchone()
+    finally:
+        raw.close()
+    assert row is not None
+    return bytes(row[0])
+
+
+def test_it_is_a_key_vault(vault: SQLiteKeyVault) -> None:
+    typed: KeyVault = vault  # checked by mypy
+    assert typed.destroys_synchronously is True
+
+
+def test_round_trip(vault: SQLiteKeyVault) -> None:
+    envelope = vault.seal(CONTEXT, b"plaintext \x00 bytes")
+    assert vault.open(envelope, CONTEXT) == b"plaintext \x00 bytes"
+    assert vault.holds(envelope.key_ref)
+    assert len(envelope.nonce) == 12
+
+
+def test_envelopes_interoperate_with_the_in_memory_format(vault: SQLiteKeyVault, vault_path: Path) -> None:
+    envelope = vault.seal(CONTEXT, b"same format")
+    key = _unwrap(MASTER, envelope.key_ref, _wrapped(vault_path, envelope.key_ref))
+    reference = InMemoryKeyVault()
+    reference._keys[envelope.key_ref] = key
+    assert reference.open(envelope, CONTEXT) == b"same format"
+
+
+def test_wrong_context_fails_authentication(vault: SQLiteKeyVault) -> None:
+    envelope = vault.seal(CONTEXT, b"secret")
+    with pytest.raises(SealIntegrityError):
+        vault.open(envelope, "scope:candidate-2")
+
+
+def test_tampered_ciphertext_fails_authentication(vault: SQLiteKeyVault) -> None:
+    envelope = vault.seal(CONTEXT, b"secret")
+    flipped = bytes([envelope.ciphertext[0] ^ 1]) + envelope.ciphertext[1:]
+    with pytest.raises(SealIntegrityError):
+        vault.open(attrs.evolve(envelope, ciphertext=flipped), CONTEXT)
+
+
+def test_a_wrapped_key_only_unwraps_under_its_own_ref(vault: SQLiteKeyVault, vault_path: Path) -> None:
+    first, second = vault.seal(CONTEXT, b"one"), vault.seal(CONTEXT, b"two")
+    raw = sqlite3.connect(vault_path)
+    with raw:  # swap the wrapped keys of two rows
+        raw.execute(
+            "UPDATE data_keys SET wrapped = ? WHERE key_ref = ?", (_wrapped(vault_path, second.key_ref), first.key_ref)
+        )
+    raw.close()
+    with pytest.raises(SealIntegrityError):
+        vault.open(first, CONTEXT)
+
+
+def test_unknown_and_destroyed_keys_are_unavailable(vault: SQLiteKeyVault) -> None:
+    envelope = vault.seal(CONTEXT, b"secret")
+    with pytest.raises(KeyUnavailableError):
+        vault.open(attrs.evolve(envelope, key_ref="key_unknown"), CONTEXT)
+    vault.destroy(envelope.key_ref)
+    assert not vault.holds(envelope.key_ref)
+    with pytest.raises(KeyUnavailableError):
+        vault.open(envelope, CONTEXT)
+
+
+def test_destroy_is_idempotent(vault: SQLiteKeyVault) -> None:
+    envelope = vault.seal(CONTEXT, b"secret")
+    vault.destroy(envelope.key_ref)
+    vault.destroy(envelope.key_ref)
+    vault.destroy("key_never_existed")
+
+
+def test_two_seals_differ(vault: SQLiteKeyVault) -> None:
+    a, b = vault.seal(CONTEXT, b"same"), vault.seal(CONTEXT, b"same")
+    assert a.key_ref != b.key_ref
+    assert a.nonce != b.nonce
+    assert a.ciphertext != b.ciphertext
+
+
+def test_keys_survive_a_reopen(vault_path: Path) -> None:
+    first = SQLiteKeyVault(vault_path, MASTER)
+    envelope = first.seal(CONTEXT, b"durable")
+    first.close()
+    second = SQLiteKeyVault(vault_path, MASTER)
+    try:
+        assert second.open(envelope, CONTEXT) == b"durable"
+    finally:
+        second.close()
+
+
+def test_a_wrong_master_key_is_refused_at_open(vault_path: Path) -> None:
+    SQLiteKeyVault(vault_path, MASTER).close()
+    wrong = bytes(32)
+    with pytest.raises(MasterKeyError) as caught:
+        SQLiteKeyVault(vault_path, wrong)
+    text = str(caught.value) + repr(caught.value) + " ".join(getattr(caught.value, "__notes__", []))
+    assert MASTER.hex() not in text
+    assert wrong.hex() not in text
+    assert repr(MASTER)[2:-1] not in text
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{}, {"master_key": MASTER, "master_key_file": "k"}, {"master_key": b"short"}],
+)
+def test_key_arguments_are_checked(vault_path: Path, arguments: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="master_key"):
+        SQLiteKeyVault(vault_path, **arguments)  # type: ignore[arg-type]
+
+
+def test_a_key_file_is_created_private_and_reused(tmp_path: Path, vault_path: Path) -> None:
+    key_file = tmp_path / "master.key"
+    first = SQLiteKeyVault(vault_path, master_key_file=key_file)
+    envelope = first.seal(CONTEXT, b"with a key file")
+    first.close()
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert len(key_file.read_bytes()) == 32
+    second = SQLiteKeyVault(vault_path, master_key_file=key_file)
+    try:
+        assert second.open(envelope, CONTEXT) == b"with a key file"
+    finally:
+        second.close()
+    with pytest.raises(MasterKeyError):  # the file's key, not another one
+        SQLiteKeyVault(vault_path, MASTER)
+
+
+def test_a_missing_key_file_for_an_existing_vault_is_refused(tmp_path: Path, vault_path: Path) -> None:
+    SQLiteKeyVault(vault_path, MASTER).close()
+    key_file = tmp_path / "absent.key"
+    with pytest.raises(MasterKeyError):
+        SQLiteKeyVault(vault_path, master_key_file=key_file)
+    assert not key_file.exists()
+
+
+def test_a_malformed_key_file_is_refused(tmp_path: Path, vault_path: Path) -> None:
+    key_file = tmp_path / "short.key"
+    key_file.write_bytes(b"too short")
+    with pytest.raises(MasterKeyError):
+        SQLiteKeyVault(vault_path, master_key_file=key_file)
+
+
+def test_repr_shows_no_key_material(vault: SQLiteKeyVault) -> None:
+    envelope = vault.seal(CONTEXT, b"secret")
+    assert MASTER.hex() not in repr(vault)
+    assert "ciphertext" not in repr(envelope)
+    vault.close()
+    vault.close()
+    assert "closed" in repr(vault)
+    with pytest.raises(StoreUnavailableError):
+        vault.seal(CONTEXT, b"after close")
+
+
+def test_destroy_erases_the_key_from_the_database_and_its_wal(vault: SQLiteKeyVault, vault_path: Path) -> None:
+    keep = [vault.seal(CONTEXT, b"keep %d" % i) for i in range(40)]
+    target = vault.seal(CONTEXT, b"to be destroyed")
+    keep += [vault.seal(CONTEXT, b"keep more %d" % i) for i in range(40)]
+    wrapped = _wrapped(vault_path, target.key_ref)
+    raw_key = _unwrap(MASTER, target.key_ref, wrapped)
+    before = _files(vault_path)
+    assert wrapped in before  # the check below can fail: the wrapped key is on disk now
+    assert raw_key not in before  # data keys are only ever stored wrapped
+    vault.destroy(target.key_ref)
+    after = _files(vault_path)
+    assert Path(f"{vault_path}-wal").stat().st_size == 0  # the WAL was truncated
+    assert wrapped not in after
+    assert raw_key not in after
+    assert target.key_ref.encode() not in after
+    for envelope in keep:
+        assert vault.open(envelope, CONTEXT).startswith(b"keep")
+
+
+def test_destroy_of_many_keys_leaves_none_behind(vault: SQLiteKeyVault, vault_path: Path) -> None:
+    envelopes = [vault.seal(CONTEXT, b"%d" % i) for i in range(300)]
+    wrapped = {e.key_ref: _wrapped(vault_path, e.key_ref) for e in envelopes}
+    doomed = envelopes[::3]
+    for envelope in doomed:
+        vault.destroy(envelope.key_ref)
+    data = _files(vault_path)
+    assert not [e.key_ref for e in doomed if wrapped[e.key_ref] in data]
+    assert all(wrapped[e.key_ref] in data for e in envelopes if e not in doomed)
+
+
+def test_destroy_reports_a_wal_it_cannot_truncate(vault_path: Path) -> None:
+    vault = SQLiteKeyVault(vault_path, MASTER, busy_timeout_ms=50)
+    envelope = vault.seal(CONTEXT, b"secret")
+    reader = sqlite3.connect(vault_path, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM data_keys").fetchone()  # holds a snapshot on the WAL
+        with pytest.raises(StoreUnavailableError, match="retry destroy"):
+            vault.destroy(envelope.key_ref)
+        assert not vault.holds(envelope.key_ref)  # deleted; only the scrub is pending
+        reader.execute("ROLLBACK")
+        vault.destroy(envelope.key_ref)  # the retry completes the destruction
+        assert Path(f"{vault_path}-wal").stat().st_size == 0
+    finally:
+        reader.close()
+        vault.close()
+
+
+def test_threads_share_one_vault(vault: SQLiteKeyVault) -> None:
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            for i in range(15):
+                envelope = vault.seal(CONTEXT, b"%d" % i)
+                assert vault.open(envelope, CONTEXT) == b"%d" % i
+                vault.destroy(envelope.key_ref)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_vault_settings(vault: SQLiteKeyVault, vault_path: Path) -> None:
+    conn = vault._conn
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA secure_delete").fetchone()[0] == 1
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    raw = sqlite3.connect(vault_path)
+    try:
+        assert raw.execute("PRAGMA application_id").fetchone()[0] == VAULT_SCHEMA.application_id
+    finally:
+        raw.close()
+
+
+def test_a_newer_vault_is_refused(vault_path: Path) -> None:
+    SQLiteKeyVault(vault_path, MASTER).close()
+    raw = sqlite3.connect(vault_path)
+    raw.execute("PRAGMA user_version = 9")
+    raw.close()
+    with pytest.raises(SchemaVersionError):
+        SQLiteKeyVault(vault_path, MASTER)
+
+
+def test_store_and_vault_files_are_not_interchangeable(tmp_path: Path) -> None:
+    SQLiteStore(tmp_path / "store.db").close()
+    SQLiteKeyVault(tmp_path / "vault.db", MASTER).close()
+    with pytest.raises(MigrationLedgerError):
+        SQLiteKeyVault(tmp_path / "store.db", MASTER)
+    with pytest.raises(MigrationLedgerError):
+        SQLiteStore(tmp_path / "vault.db")
+
+
+def test_key_file_permissions_are_not_widened_by_umask(tmp_path: Path, vault_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        SQLiteKeyVault(vault_path, master_key_file=tmp_path / "k").close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "k").stat().st_mode) == 0o600
+
+
+def _reveal(vault: KeyVault, key_ref: str) -> bytes:
+    """Test-only access to a raw data key: unwrap its row with the master key."""
+    assert isinstance(vault, SQLiteKeyVault)
+    return _unwrap(MASTER, key_ref, _wrapped(Path(vault._path), key_ref))
+
+
+class TestSQLiteKeyVault(KeyVaultConformance):
+    @pytest.fixture
+    def vault(self, tmp_path: Path) -> Iterator[SQLiteKeyVault]:
+        opened = SQLiteKeyVault(tmp_path / "conformance-vault.db", MASTER)
+        yield opened
+        opened.close()
+
+    @pytest.fixture
+    def key_material(self) -> KeyMaterial | None:
+        return _reveal

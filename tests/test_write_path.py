@@ -1,0 +1,543 @@
+"""The write path on the in-memory reference adapters, observed down to the raw partition.
+
+The backend-neutral behaviour of every rule lives in ``ServiceConformance`` (bound in
+``test_service_memory.py``). This module adds what only the in-memory adapters let us observe:
+the complete partition before and after every refusal, which keys the vault still holds, byte-level
+journal tampering, races forced at a precise point, and a vault that fails to destroy.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import re
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from datetime import timedelta
+from typing import Any
+
+import attrs
+import pytest
+
+from engram_memory import DefaultPolicy, ErrorCode, JsonRpcCode, ManualClock, MemoryAdmin, MemoryService, ProtocolError
+from engram_memory.canonical import format_instant, record_id_from_digest
+from engram_memory.keyvaults.memory import InMemoryKeyVault
+from engram_memory.ports import CandidateRow, RecordRow, SealedEnvelope
+from engram_memory.records import candidate_context
+from engram_memory.stores.memory import InMemoryStore
+from engram_memory.testing import ServiceConformance
+from engram_memory.testing.fakes import (
+    WITHDRAW,
+    Harness,
+    fail,
+    inmemory_scope_contents,
+    make_binding,
+    make_key,
+    ok,
+)
+
+ACCEPT = DefaultPolicy(admission="accept")
+REJECT = DefaultPolicy(admission="reject")
+A = make_binding("tenant-a", "workspace-1", "principal-1")
+
+
+class FlakyVault(InMemoryKeyVault):
+    """An in-memory vault whose ``destroy`` fails the first ``failures`` times (a KMS outage)."""
+
+    def __init__(self, failures: int = 0) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def destroy(self, key_ref: str) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("injected: KMS unavailable")
+        super().destroy(key_ref)
+
+
+class RacingStore:
+    """Delegates to an InMemoryStore, running ``competitor`` just before the first unit of work."""
+
+    def __init__(self, inner: InMemoryStore, competitor: Callable[[], object]) -> None:
+        self.inner = inner
+        self.competitor: Callable[[], object] | None = competitor
+
+    def read(self, scope: str) -> AbstractContextManager[Any]:
+        return self.inner.read(scope)
+
+    def write(self, scope: str) -> AbstractContextManager[Any]:
+        if self.competitor is not None:
+            competitor, self.competitor = self.competitor, None
+            competitor()
+        return self.inner.write(scope)
+
+    def scopes(self) -> list[str]:
+        return self.inner.scopes()
+
+    def secret(self) -> bytes:
+        return self.inner.secret()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def store() -> InMemoryStore:
+    return InMemoryStore()
+
+
+@pytest.fixture
+def vault() -> FlakyVault:
+    return FlakyVault()
+
+
+@pytest.fixture
+def harness(store: InMemoryStore, vault: FlakyVault, clock: ManualClock) -> Harness:
+    return Harness(MemoryService(store=store, vault=vault, policy=ACCEPT, clock=clock), clock)
+
+
+def _frozen(store: InMemoryStore, vault: InMemoryKeyVault, scope: str = A.scope) -> str:
+    """Everything the partition holds (sets sorted) plus the vault's key refs, as one string."""
+    partition = store.raw_partition(scope)
+    rows: list[CandidateRow | RecordRow] = [*partition.candidates.values(), *partition.records.values()]
+    sealed_bytes = [
+        (row.sealed.key_ref, row.sealed.nonce, row.sealed.ciphertext) for row in rows if row.sealed is not None
+    ]
+    return repr(
+        (
+            partition.events,
+            sorted(partition.idempotency.items()),
+            sorted(partition.candidates.items()),
+            sorted(partition.records.items()),
+            sorted(partition.tombstones),
+            sorted(partition.confirmations),
+            sorted(partition.documents.items()),
+            sorted((term, sorted(docs)) for term, docs in partition.postings.items()),
+            partition.total_lengths,
+            sorted(partition.doomed),
+            sealed_bytes,
+            sorted(vault._keys),
+        )
+    )
+
+
+def _sealed(store: InMemoryStore, candidate_id: str) -> SealedEnvelope:
+    row = store.raw_partition(A.scope).candidates[candidate_id]
+    assert row.sealed is not None
+    return row.sealed
+
+
+# --------------------------------------------------------------------------- every refusal writes nothing
+
+Refusal = Callable[[Harness], tuple[Callable[[], dict[str, Any]], ErrorCode | None]]
+
+
+def _capture_conflict(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    h.pending(A, make_key("r-conflict"))
+    return (lambda: h.capture(A, make_key("r-conflict"), words=("zqotherwords",))), ErrorCode.DIGEST_CONFLICT
+
+
+def _capture_replay(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    h.pending(A, make_key("r-replay"))
+    return (lambda: h.capture(A, make_key("r-replay"))), None
+
+
+def _capture_retain(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    return (lambda: h.capture(A, make_key("r-retain"), retention={"derivative_rule": "retain"})), ErrorCode.UNAUTHORIZED
+
+
+def _capture_cap(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    expires = format_instant(h.clock.now() + timedelta(days=366))
+    retention = {"derivative_rule": "make-ineligible", "expires_at": expires}
+    return (lambda: h.capture(A, make_key("r-cap"), retention=retention)), ErrorCode.UNAUTHORIZED
+
+
+def _capture_past(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    retention = {"derivative_rule": "make-ineligible", "expires_at": format_instant(h.clock.now())}
+    return (lambda: h.capture(A, make_key("r-past"), retention=retention)), ErrorCode.INVALID_SCHEMA
+
+
+def _capture_family(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    reconciliation = {"family_refs": ["family:unconsented"]}
+    return (lambda: h.capture(A, make_key("r-family"), reconciliation=reconciliation)), ErrorCode.UNAUTHORIZED
+
+
+def _capture_extra(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    return (lambda: h.capture(A, make_key("r-extra"), extra={"confirmed": True})), ErrorCode.INVALID_SCHEMA
+
+
+def _capture_deadline(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    late = attrs.evolve(A, deadline=h.clock.now())
+    return (lambda: h.capture(late, make_key("r-deadline"))), ErrorCode.DEADLINE_EXCEEDED
+
+
+def _admission_unknown(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    h.pending(A, make_key("r-known"))
+    return (lambda: h.admit(A, "candidate_" + "1" * 64, make_key("r-unknown"))), ErrorCode.NOT_FOUND
+
+
+def _admission_terminal(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    candidate_id = h.pending(A, make_key("r-terminal"))
+    ok(h.withdraw(A, candidate_id, make_key("r-terminal-w")))
+    return (lambda: h.admit(A, candidate_id, make_key("r-terminal-a"))), ErrorCode.ALREADY_TERMINAL
+
+
+def _admission_stale(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    candidate_id = h.pending(A, make_key("r-stale"))
+    h.use(DefaultPolicy(admission="accept", policy_version="2"))
+    return (lambda: h.admit(A, candidate_id, make_key("r-stale-a"))), ErrorCode.POLICY_STALE
+
+
+def _admission_pending(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    candidate_id = h.pending(A, make_key("r-pending"))
+    h.use(DefaultPolicy(admission="adjudicate"))
+    return (lambda: h.admit(A, candidate_id, make_key("r-pending-a"))), None
+
+
+def _admission_replay(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    candidate_id = h.pending(A, make_key("r-areplay"))
+    ok(h.admit(A, candidate_id, make_key("r-areplay-a")))
+    return (lambda: h.admit(A, candidate_id, make_key("r-areplay-a"))), None
+
+
+def _withdraw_gate(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    candidate_id = h.pending(A, make_key("r-gate"))
+    args = {"candidate_id": candidate_id, "idempotency_key": make_key("r-gate-w"), "reason_ref": "reason:x"}
+    stale = h.clock.now() - timedelta(seconds=31)
+    return (lambda: h.confirmed(WITHDRAW, args, A, approved_at=stale)), ErrorCode.GATE_FAILED
+
+
+def _withdraw_illegal(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    candidate_id, _ = h.accepted(A, make_key("r-illegal"))
+    return (lambda: h.withdraw(A, candidate_id, make_key("r-illegal-w"))), ErrorCode.ILLEGAL_TRANSITION
+
+
+def _withdraw_reused_confirmation(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    first = h.pending(A, make_key("r-once-1"))
+    second = h.pending(A, make_key("r-once-2"))
+    args = {"candidate_id": first, "idempotency_key": make_key("r-once-w1"), "reason_ref": "reason:x"}
+    ok(h.confirmed(WITHDRAW, args, A, confirmation_id="approval-r"))
+    again = {"candidate_id": second, "idempotency_key": make_key("r-once-w2"), "reason_ref": "reason:x"}
+    return (lambda: h.confirmed(WITHDRAW, again, A, confirmation_id="approval-r")), ErrorCode.GATE_FAILED
+
+
+def _withdraw_replay(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    candidate_id = h.pending(A, make_key("r-wreplay"))
+    ok(h.withdraw(A, candidate_id, make_key("r-wreplay-w")))
+    return (lambda: h.withdraw(A, candidate_id, make_key("r-wreplay-w"))), None
+
+
+def _forget_terminal(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    _, record_id = h.accepted(A, make_key("r-forget"))
+    ok(h.forget(A, record_id, make_key("r-forget-f")))
+    return (lambda: h.forget(A, record_id, make_key("r-forget-f2"))), ErrorCode.ALREADY_TERMINAL
+
+
+def _forget_would_be(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    value = ok(h.capture(A, make_key("r-would-be")))
+    record_id = record_id_from_digest(value["record_digest"])
+    return (lambda: h.forget(A, record_id, make_key("r-would-be-f"))), ErrorCode.NOT_FOUND
+
+
+def _forget_replay(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+    _, record_id = h.accepted(A, make_key("r-freplay"))
+    ok(h.forget(A, record_id, make_key("r-freplay-f")))
+    return (lambda: h.forget(A, record_id, make_key("r-freplay-f"))), None
+
+
+REFUSALS: dict[str, Refusal] = {
+    "capture: same key, other content": _capture_conflict,
+    "capture: exact replay": _capture_replay,
+    "capture: retain without permission": _capture_retain,
+    "capture: expires_at beyond the cap": _capture_cap,
+    "capture: expires_at at capture time": _capture_past,
+    "capture: unconsented family": _capture_family,
+    "capture: confirmed true": _capture_extra,
+    "capture: deadline": _capture_deadline,
+    "admission: unknown candidate": _admission_unknown,
+    "admission: withdrawn candidate": _admission_terminal,
+    "admission: policy version changed": _admission_stale,
+    "admission: pending_adjudication": _admission_pending,
+    "admission: exact replay": _admission_replay,
+    "withdraw: confirmation too old": _withdraw_gate,
+    "withdraw: admitted candidate": _withdraw_illegal,
+    "withdraw: reused confirmation id": _withdraw_reused_confirmation,
+    "withdraw: exact replay": _withdraw_replay,
+    "forget: tombstoned record": _forget_terminal,
+    "forget: pending candidate's would-be record id": _forget_would_be,
+    "forget: exact replay": _forget_replay,
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_a_refusal_or_replay_leaves_the_partition_and_the_vault_untouched(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault, case: str
+) -> None:
+    call, code = REFUSALS[case](harness)
+    before = _frozen(store, vault)
+    envelope = call()
+    if code is None:
+        ok(envelope)
+    else:
+        fail(envelope, code)
+    assert _frozen(store, vault) == before
+
+
+def test_a_missing_confirmation_leaves_the_partition_untouched(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault
+) -> None:
+    candidate_id = harness.pending(A, make_key("no-confirmation"))
+    before = _frozen(store, vault)
+    args = {"candidate_id": candidate_id, "idempotency_key": make_key("no-confirmation-w"), "reason_ref": "reason:x"}
+    with pytest.raises(ProtocolError) as info:
+        harness.call(WITHDRAW, args, A)
+    assert info.value.code == JsonRpcCode.INTERNAL_ERROR
+    assert _frozen(store, vault) == before
+
+
+# --------------------------------------------------------------------------- D6 keys and plaintext
+
+
+def test_every_ending_destroys_the_candidate_key_and_forget_the_body_key(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault
+) -> None:
+    withdrawn = harness.pending(A, make_key("k-withdrawn"))
+    rejected = harness.pending(A, make_key("k-rejected"))
+    accepted = harness.pending(A, make_key("k-accepted"))
+    keys = {cid: _sealed(store, cid).key_ref for cid in (withdrawn, rejected, accepted)}
+    assert all(vault.holds(key) for key in keys.values())
+    assert ok(harness.withdraw(A, withdrawn, make_key("k-w")))["key_destruction"] == "complete"
+    record_id = ok(harness.admit(A, accepted, make_key("k-a")))["outcome"]["record_id"]
+    harness.use(REJECT)
+    ok(harness.admit(A, rejected, make_key("k-r")))
+    assert not any(vault.holds(key) for key in keys.values())
+    record_row = store.raw_partition(A.scope).records[record_id]
+    assert record_row.sealed is not None
+    body_key = record_row.sealed.key_ref
+    assert vault.holds(body_key)
+    ok(harness.forget(A, record_id, make_key("k-f")))
+    assert not vault.holds(body_key)
+    assert store.raw_partition(A.scope).doomed == set()
+
+
+def test_the_withdrawn_envelope_never_opens_again(harness: Harness, store: InMemoryStore, vault: FlakyVault) -> None:
+    candidate_id = harness.pending(A, make_key("reopen"))
+    sealed = _sealed(store, candidate_id)
+    context = candidate_context(A.scope, candidate_id)
+    assert json.loads(vault.open(sealed, context))["payload"]["scope_ref"] == A.scope
+    ok(harness.withdraw(A, candidate_id, make_key("reopen-w")))
+    assert not vault.holds(sealed.key_ref)
+    with pytest.raises(Exception, match="unknown or destroyed"):
+        vault.open(sealed, context)
+
+
+def test_pending_words_sit_only_in_the_ciphertext_until_admission(harness: Harness, store: InMemoryStore) -> None:
+    words = ("zqpendingalpha", "zqpendingbeta", "zqpendinggamma")
+    candidate_id = harness.pending(A, make_key("scan"), words=words, attestation="zqattestedonly")
+    partition = store.raw_partition(A.scope)
+    scanned = b"".join(
+        [
+            *(event.body for event in partition.events),
+            *(repr(attrs.evolve(row, sealed=None)).encode() for row in partition.candidates.values()),
+            *(repr(sorted(partition.idempotency.items())).encode(),),
+        ]
+    )
+    everything = inmemory_scope_contents(store, A.scope)
+    for word in (*words, "zqattestedonly"):
+        assert word.encode() not in scanned
+        assert word.encode() not in everything
+    ok(harness.admit(A, candidate_id, make_key("scan-a")))
+    everything = inmemory_scope_contents(store, A.scope)
+    assert all(word.encode() in everything for word in words)
+    assert all(partition.postings.get(word) for word in words)
+    assert b"zqattestedonly" not in everything
+
+
+def test_a_key_destruction_reported_complete_is_complete(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault
+) -> None:
+    """D6: ``key_destruction: "complete"`` only when the vault confirmed the destruction."""
+    candidate_id = harness.pending(A, make_key("kms-down"))
+    key_ref = _sealed(store, candidate_id).key_ref
+    vault.failures = 1
+    value = ok(harness.withdraw(A, candidate_id, make_key("kms-down-w")))
+    assert value["key_destruction"] in {"complete", "pending"}
+    if value["key_destruction"] == "complete":
+        assert not vault.holds(key_ref), (
+            "withdraw answered key_destruction 'complete' but the vault still holds the key"
+        )
+
+
+def test_reap_keys_finishes_a_failed_destruction(harness: Harness, store: InMemoryStore, vault: FlakyVault) -> None:
+    candidate_id = harness.pending(A, make_key("reap"))
+    key_ref = _sealed(store, candidate_id).key_ref
+    vault.failures = 1
+    ok(harness.withdraw(A, candidate_id, make_key("reap-w")))
+    assert vault.holds(key_ref)
+    assert store.raw_partition(A.scope).doomed == {key_ref}
+    assert MemoryAdmin(harness.service).reap_keys() == 1
+    assert not vault.holds(key_ref)
+    assert store.raw_partition(A.scope).doomed == set()
+    assert MemoryAdmin(harness.service).reap_keys() == 0
+
+
+def test_a_vault_failing_to_seal_is_retriable_and_writes_nothing(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault
+) -> None:
+    harness.pending(A, make_key("seal-ok"))
+    before = _frozen(store, vault)
+
+    def broken(context: str, plaintext: bytes) -> SealedEnvelope:
+        raise RuntimeError("injected: KMS unavailable")
+
+    vault.seal = broken  # type: ignore[method-assign]
+    error = fail(harness.capture(A, make_key("seal-down")), ErrorCode.MUTATION_OUTCOME_UNKNOWN)
+    assert error["retriable"] is True
+    assert _frozen(store, vault) == before
+
+
+# --------------------------------------------------------------------------- D14 journal tampering
+
+
+def test_every_flipped_byte_of_an_event_is_journal_corrupt_at_its_cursor(
+    harness: Harness, store: InMemoryStore
+) -> None:
+    _, record_id = harness.accepted(A, make_key("flip"))
+    harness.pending(A, make_key("flip-later"))
+    events = store.raw_partition(A.scope).events
+    original = events[1]
+    admin = MemoryAdmin(harness.service)
+    for position in range(len(original.body)):
+        mutated = bytearray(original.body)
+        mutated[position] ^= 0x01
+        events[1] = attrs.evolve(original, body=bytes(mutated))
+        report = admin.verify(tenant_id="tenant-a", workspace_id="workspace-1")
+        assert (report.ok, report.code, report.cursor) == (False, ErrorCode.JOURNAL_CORRUPT, 2), position
+    events[1] = original
+    assert admin.verify(tenant_id="tenant-a", workspace_id="workspace-1").ok
+    assert record_id
+
+
+def test_a_forged_event_digest_is_journal_corrupt(harness: Harness, store: InMemoryStore) -> None:
+    harness.pending(A, make_key("forged-1"))
+    harness.pending(A, make_key("forged-2"))
+    events = store.raw_partition(A.scope).events
+    events[0] = attrs.evolve(events[0], event_digest="sha256:" + "f" * 64)
+    report = MemoryAdmin(harness.service).verify(tenant_id="tenant-a", workspace_id="workspace-1")
+    assert (report.ok, report.code, report.cursor) == (False, ErrorCode.JOURNAL_CORRUPT, 1)
+
+
+def test_a_removed_event_is_a_cursor_gap(harness: Harness, store: InMemoryStore) -> None:
+    for index in range(3):
+        harness.pending(A, make_key(f"gap-{index}"))
+    del store.raw_partition(A.scope).events[1]
+    report = MemoryAdmin(harness.service).verify(tenant_id="tenant-a", workspace_id="workspace-1")
+    assert (report.ok, report.code, report.cursor) == (False, ErrorCode.CURSOR_GAP, 2)
+
+
+def test_a_state_row_that_disagrees_with_the_journal_is_journal_corrupt(harness: Harness, store: InMemoryStore) -> None:
+    candidate_id = harness.pending(A, make_key("fold"))
+    harness.pending(A, make_key("fold-later"))
+    candidates = store.raw_partition(A.scope).candidates
+    candidates[candidate_id] = attrs.evolve(candidates[candidate_id], state="withdrawn", sealed=None)
+    report = MemoryAdmin(harness.service).verify(tenant_id="tenant-a", workspace_id="workspace-1")
+    assert (report.ok, report.code, report.cursor) == (False, ErrorCode.JOURNAL_CORRUPT, 1)
+
+
+# --------------------------------------------------------------------------- races
+
+
+def test_concurrent_identical_captures_commit_once(harness: Harness) -> None:
+    """D4: racing retries of one capture give one committed_pending and duplicate_exact for the rest."""
+    barrier = threading.Barrier(6)
+    results: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        barrier.wait()
+        envelope = harness.capture(A, make_key("race"))
+        with lock:
+            results.append(envelope)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    statuses = sorted(ok(envelope)["status"] for envelope in results)
+    assert statuses == ["committed_pending"] + ["duplicate_exact"] * 5
+    assert len({ok(envelope)["candidate_id"] for envelope in results}) == 1
+    assert harness.high_water(A) == 1
+
+
+def _racing_service(
+    store: InMemoryStore, vault: InMemoryKeyVault, clock: ManualClock, competitor: Callable[[], object]
+) -> Harness:
+    racing = RacingStore(store, competitor)
+    return Harness(MemoryService(store=racing, vault=vault, policy=ACCEPT, clock=clock), clock)
+
+
+def test_an_admission_that_loses_a_race_answers_duplicate_exact(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault, clock: ManualClock
+) -> None:
+    """D4: the loser of two admissions under different keys sees the winner's record id."""
+    candidate_id = harness.pending(A, make_key("race-admission"))
+    winner: dict[str, Any] = {}
+    loser = _racing_service(
+        store, vault, clock, lambda: winner.update(harness.admit(A, candidate_id, make_key("race-admission-1")))
+    )
+    envelope = loser.admit(A, candidate_id, make_key("race-admission-2"))
+    record_id = ok(winner)["outcome"]["record_id"]
+    outcome = ok(envelope)["outcome"]
+    assert (outcome["status"], outcome["record_id"]) == ("duplicate_exact", record_id)
+
+
+def test_a_withdraw_that_loses_a_race_answers_already_terminal(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault, clock: ManualClock
+) -> None:
+    """D5: the loser of two withdraws under different keys gets ALREADY_TERMINAL."""
+    candidate_id = harness.pending(A, make_key("race-withdraw"))
+    loser = _racing_service(
+        store, vault, clock, lambda: ok(harness.withdraw(A, candidate_id, make_key("race-withdraw-1")))
+    )
+    envelope = loser.withdraw(A, candidate_id, make_key("race-withdraw-2"))
+    fail(envelope, ErrorCode.ALREADY_TERMINAL, retriable=False)
+
+
+# --------------------------------------------------------------------------- the rule index
+
+
+RULES = ("§3.1", "§3.2", "§3.3", "§3.4", "§3.5", "§3.6", "D1", "D4", "D5", "D6", "D7", "D8", "D9", "D13", "D14")
+
+
+def _tests_citing(rule: str) -> list[str]:
+    pattern = re.compile(re.escape(rule) + r"(?![0-9.])")
+    return [
+        name
+        for name, member in inspect.getmembers(ServiceConformance, inspect.isfunction)
+        if name.startswith("test_") and pattern.search(member.__doc__ or "")
+    ]
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_every_rule_has_a_conformance_test(rule: str) -> None:
+    """Each rule of §3 and each D-rule under test is cited by at least one ServiceConformance test."""
+    assert _tests_citing(rule), rule
+
+
+def test_the_rule_index_is_read_from_docstrings() -> None:
+    source = inspect.getsource(ServiceConformance)
+    tree = ast.parse(source)
+    documented = [
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_") and ast.get_docstring(node)
+    ]
+    assert len(documented) == len([n for n in dir(ServiceConformance) if n.startswith("test_")])
