@@ -40,8 +40,8 @@ import hmac
 import json
 import re
 import struct
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Final
 
@@ -66,8 +66,6 @@ from engram_memory.errors import (
     ErrorCode,
     KeyUnavailableError,
     SealIntegrityError,
-    StoreCorruptError,
-    StoreUnavailableError,
 )
 from engram_memory.ports import (
     Clock,
@@ -82,8 +80,9 @@ from engram_memory.ports import (
 )
 from engram_memory.ranking.bm25f import CANDIDATE_CAP
 from engram_memory.ranking.eligibility import row_is_eligible
-from engram_memory.records import authorization_receipt, record_context
+from engram_memory.records import authorization_for, record_context
 from engram_memory.results import GetResult, RecordPacket, SearchResult
+from engram_memory.store_access import read_view
 from engram_memory.wire.args import GetArgs, SearchArgs
 
 __all__ = ["TRANSPORT_CAP", "PageCursor", "PageCursorCodec", "ReadPath", "redact_record"]
@@ -279,15 +278,8 @@ class ReadPath:
             raise EngramError(ErrorCode.DEADLINE_EXCEEDED)
         return now
 
-    @contextmanager
-    def _reading(self, scope: str) -> Iterator[StoreReader]:
-        try:
-            with self._store.read(scope) as reader:
-                yield reader
-        except StoreUnavailableError as exc:
-            raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=str(exc)) from exc
-        except StoreCorruptError as exc:
-            raise EngramError(exc.code, detail=str(exc)) from exc
+    def _reading(self, scope: str) -> AbstractContextManager[StoreReader]:
+        return read_view(self._store, scope)
 
     def _allowlist(self, binding: HostBinding) -> tuple[str, ...] | None:
         allowlist = self._policy.redaction_allowlist(binding)  # failures: POLICY_UNAVAILABLE (GuardedPolicy)
@@ -350,17 +342,8 @@ class ReadPath:
         return redacted, removed, receipt
 
     def _authorization(self, tool: str, binding: HostBinding, target: str, now: datetime) -> str:
-        return authorization_receipt(
-            tool=tool,
-            scope=binding.scope,
-            principal=binding.principal,
-            agent_id=binding.agent_id,
-            session=binding.session,
-            purpose_ref=binding.purpose_ref,
-            target=target,
-            policy_id=self._policy.policy_id,
-            policy_version=self._policy.policy_version,
-            checked_at=format_instant(now),
+        return authorization_for(
+            tool=tool, binding=binding, policy=self._policy, target=target, checked_at=format_instant(now)
         )
 
     @staticmethod

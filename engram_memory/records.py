@@ -9,8 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from engram_memory.canonical import Domain, digest, receipt_digest, record_id_from_digest
+from engram_memory.context import HostBinding
+from engram_memory.ports import Policy
 
 __all__ = [
+    "authorization_for",
     "authorization_receipt",
     "build_record",
     "candidate_context",
@@ -80,6 +83,22 @@ def authorization_receipt(
             "policy_version": policy_version,
             "checked_at": checked_at,
         },
+    )
+
+
+def authorization_for(*, tool: str, binding: HostBinding, policy: Policy, target: str, checked_at: str) -> str:
+    """:func:`authorization_receipt` of a call made under ``binding`` and ``policy``."""
+    return authorization_receipt(
+        tool=tool,
+        scope=binding.scope,
+        principal=binding.principal,
+        agent_id=binding.agent_id,
+        session=binding.session,
+        purpose_ref=binding.purpose_ref,
+        target=target,
+        policy_id=policy.policy_id,
+        policy_version=policy.policy_version,
+        checked_at=checked_at,
     )
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, TypeVar
 
@@ -55,7 +55,7 @@ from engram_memory.ports import (
 )
 from engram_memory.ranking.tokenizer import term_frequencies
 from engram_memory.records import (
-    authorization_receipt,
+    authorization_for,
     build_record,
     candidate_context,
     candidate_id_for,
@@ -73,6 +73,7 @@ from engram_memory.results import (
     WithdrawResult,
     from_json,
 )
+from engram_memory.store_access import read_view
 from engram_memory.wire.args import CaptureArgs, ForgetArgs, RequestAdmissionArgs, WithdrawArgs
 from engram_memory.wire.converter import unstructure_args
 
@@ -224,15 +225,8 @@ class WritePath:
                 raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation already used")
         return confirmation
 
-    @contextmanager
-    def _read(self, scope: str) -> Iterator[StoreReader]:
-        try:
-            with self._store.read(scope) as reader:
-                yield reader
-        except StoreUnavailableError as exc:
-            raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=str(exc)) from exc
-        except StoreCorruptError as exc:
-            raise EngramError(exc.code, detail=str(exc)) from exc
+    def _read(self, scope: str) -> AbstractContextManager[StoreReader]:
+        return read_view(self._store, scope)
 
     def _commit(self, scope: str, work: Callable[[UnitOfWork], _T]) -> _T:
         """Run ``work`` in one unit of work, re-running it after a lost race; map port errors."""
@@ -289,17 +283,8 @@ class WritePath:
         unit.consume_confirmation(confirmation.id)
 
     def _authorization(self, tool: str, binding: HostBinding, target: str, now: datetime) -> str:
-        return authorization_receipt(
-            tool=tool,
-            scope=binding.scope,
-            principal=binding.principal,
-            agent_id=binding.agent_id,
-            session=binding.session,
-            purpose_ref=binding.purpose_ref,
-            target=target,
-            policy_id=self._policy.policy_id,
-            policy_version=self._policy.policy_version,
-            checked_at=format_instant(now),
+        return authorization_for(
+            tool=tool, binding=binding, policy=self._policy, target=target, checked_at=format_instant(now)
         )
 
     def destroy_keys(self, scope: str, key_refs: list[str]) -> None:
