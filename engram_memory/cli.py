@@ -21,7 +21,7 @@ from engram_memory.admin import MemoryAdmin
 from engram_memory.clock import ManualClock
 from engram_memory.connect import connect
 from engram_memory.context import Confirmation, HostBinding
-from engram_memory.errors import ProtocolError
+from engram_memory.errors import EngramError, PortError, ProtocolError
 from engram_memory.policy import DefaultPolicy
 from engram_memory.service import MemoryService
 
@@ -167,15 +167,23 @@ def run_demo(db: Path, say: Say) -> int:  # noqa: PLR0915 - a linear narrated sc
 
 def _cmd_demo(options: argparse.Namespace) -> int:
     if options.db is not None:
-        return run_demo(Path(options.db), print)
+        db = Path(options.db)
+        if any(Path(f"{db}{suffix}").exists() for suffix in ("", ".vault", ".key")):
+            raise SystemExit(f"demo needs a new database file; {db} (or its vault or key) already exists")
+        return run_demo(db, print)
     with tempfile.TemporaryDirectory() as folder:
         return run_demo(Path(folder) / "demo.db", print)
 
 
 def _open_existing(db: str) -> MemoryService:
-    if not Path(db).exists():
-        raise SystemExit(f"no database at {db}")
-    return connect(f"sqlite:///{db}")
+    """Open an existing database with its vault and key file; never create either."""
+    for path, what in ((db, "database"), (f"{db}.vault", "key vault"), (f"{db}.key", "master key file")):
+        if not Path(path).exists():
+            raise SystemExit(f"no {what} at {path}")
+    try:
+        return connect(f"sqlite:///{db}")
+    except (EngramError, PortError) as exc:
+        raise SystemExit(f"cannot open {db}: {exc}") from None
 
 
 def _cmd_verify(options: argparse.Namespace) -> int:
@@ -232,13 +240,36 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engram-memory", description="Governed long-term memory for AI agents.")
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="run a narrated end-to-end scenario on an embedded SQLite file")
+    demo = commands.add_parser(
+        "demo",
+        help="run a narrated end-to-end scenario on an embedded SQLite file",
+        description=(
+            "Run a narrated end-to-end scenario on a new embedded SQLite file: two tenants, a capture with "
+            "citations, admission, search with receipts, a replayed retry, a DIGEST_CONFLICT, withdraw and "
+            "forget behind the confirmation gate, the forgotten-content guard, and journal verification."
+        ),
+    )
     demo.add_argument("--db", help="database file to use (default: a temporary file)")
     demo.set_defaults(run=_cmd_demo)
-    verify = commands.add_parser("verify", help="re-derive every scope's journal chain and state")
+    verify = commands.add_parser(
+        "verify",
+        help="re-derive every scope's journal chain and state",
+        description=(
+            "Re-derive every scope's journal hash chain and folded state and compare them with the stored "
+            "state and sealed bodies. Prints one line per scope; exits 1 at the first scope that fails, naming "
+            "the code (JOURNAL_CORRUPT, CURSOR_GAP, BLOB_MISSING) and the first bad cursor."
+        ),
+    )
     verify.add_argument("--db", required=True, help="the SQLite database file")
     verify.set_defaults(run=_cmd_verify)
-    stats = commands.add_parser("stats", help="counts per scope and state, and journal height")
+    stats = commands.add_parser(
+        "stats",
+        help="counts per scope and state, and journal height",
+        description=(
+            "Print, for every scope of an existing database, its journal height and how many candidates and "
+            "records are in each lifecycle state. Reads only; never prints content."
+        ),
+    )
     stats.add_argument("--db", required=True, help="the SQLite database file")
     stats.set_defaults(run=_cmd_stats)
     serve = commands.add_parser(

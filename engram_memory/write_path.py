@@ -203,23 +203,53 @@ class WritePath:
         value: dict[str, Any] = json.loads(row.response)
         return value
 
-    def _gate(self, tool: str, args: Mutation, binding: HostBinding, now: datetime) -> Confirmation | None:
+    def _bound_confirmation(self, tool: str, args: Mutation, binding: HostBinding) -> Confirmation | None:
+        """The binding's confirmation when the tool needs one, checked against this operation.
+
+        Raises:
+            ProtocolError: -32603 when a required confirmation is missing.
+            EngramError: ``gate_failed`` when it names another tool, target or operation.
+        """
         required = tool in {WITHDRAW, FORGET} or self._policy.requires_confirmation(tool, binding)
         if not required:
             return None
         confirmation = binding.confirmation
         if confirmation is None:
             raise ProtocolError.untrusted_context("confirmation reference missing")
-        approval_wait = confirmation.approved_at - confirmation.requested_at
-        since_approval = now - confirmation.approved_at
         if (
             confirmation.tool != tool
             or confirmation.target != operation_target(args)
             or confirmation.operation_digest != self.operation_digest(tool, args, binding)
-            or not timedelta(0) <= approval_wait <= CONFIRMATION_TTL
-            or not timedelta(0) <= since_approval <= CONFIRMATION_MAX_AGE
         ):
             raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation does not match the call")
+        return confirmation
+
+    def _replay_or_gate(
+        self, tool: str, args: Mutation, binding: HostBinding, now: datetime
+    ) -> tuple[dict[str, Any] | None, Confirmation | None]:
+        """Return ``(original response, None)`` for a replay, else ``(None, valid confirmation)``.
+
+        A replay of a gated operation still needs a confirmation bound to the same operation, but
+        not a fresh or unused one: it writes nothing, and a retry after an unknown outcome must be
+        able to reuse the approval the first attempt consumed.
+        """
+        replay = self._replay(binding, tool, args)
+        if replay is not None:
+            self._bound_confirmation(tool, args, binding)
+            return replay, None
+        return None, self._gate(tool, args, binding, now)
+
+    def _gate(self, tool: str, args: Mutation, binding: HostBinding, now: datetime) -> Confirmation | None:
+        confirmation = self._bound_confirmation(tool, args, binding)
+        if confirmation is None:
+            return None
+        approval_wait = confirmation.approved_at - confirmation.requested_at
+        since_approval = now - confirmation.approved_at
+        if (
+            not timedelta(0) <= approval_wait <= CONFIRMATION_TTL
+            or not timedelta(0) <= since_approval <= CONFIRMATION_MAX_AGE
+        ):
+            raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation outside its time window")
         with self._read(binding.scope) as reader:
             if reader.confirmation_used(confirmation.id):
                 raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation already used")
@@ -308,10 +338,9 @@ class WritePath:
         if args.payload.purpose_ref != binding.purpose_ref:
             raise ProtocolError.untrusted_context("payload purpose differs from the bound purpose")
         now = self._now(binding)
-        replay = self._replay(binding, CAPTURE, args)
+        replay, confirmation = self._replay_or_gate(CAPTURE, args, binding, now)
         if replay is not None:
             return from_json(CaptureResult, {**replay, "status": "duplicate_exact"})
-        confirmation = self._gate(CAPTURE, args, binding, now)
         self._check_capture_policy(binding, args, now)
         intent = self._intent(CAPTURE, args)
         raw = unstructure_args(args)
@@ -417,10 +446,9 @@ class WritePath:
     def request_admission(self, binding: HostBinding, args: RequestAdmissionArgs) -> RequestAdmissionResult:
         """Ask the policy to decide a pending candidate (see the contract for every rule)."""
         now = self._now(binding)
-        replay = self._replay(binding, ADMISSION, args)
+        replay, confirmation = self._replay_or_gate(ADMISSION, args, binding, now)
         if replay is not None:
             return from_json(RequestAdmissionResult, {**replay, "replayed": True})
-        confirmation = self._gate(ADMISSION, args, binding, now)
         return self.decide_candidate(
             binding=binding,
             candidate_id=args.candidate_id,
@@ -652,10 +680,9 @@ class WritePath:
     def withdraw(self, binding: HostBinding, args: WithdrawArgs) -> WithdrawResult:
         """End a pending candidate and destroy its key (confirmation-gated)."""
         now = self._now(binding)
-        replay = self._replay(binding, WITHDRAW, args)
+        replay, confirmation = self._replay_or_gate(WITHDRAW, args, binding, now)
         if replay is not None:
             return from_json(WithdrawResult, {**replay, "replayed": True})
-        confirmation = self._gate(WITHDRAW, args, binding, now)
         with self._read(binding.scope) as reader:
             _check_withdrawable(reader.candidate(args.candidate_id))
         intent = self._intent(WITHDRAW, args)
@@ -753,10 +780,9 @@ class WritePath:
     def forget(self, binding: HostBinding, args: ForgetArgs) -> ForgetResult:
         """Tombstone an admitted record: destroy its body key and purge it from every index."""
         now = self._now(binding)
-        replay = self._replay(binding, FORGET, args)
+        replay, confirmation = self._replay_or_gate(FORGET, args, binding, now)
         if replay is not None:
             return from_json(ForgetResult, {**replay, "replayed": True})
-        confirmation = self._gate(FORGET, args, binding, now)
         with self._read(binding.scope) as reader:
             row = _check_forgettable(reader.record(args.record_id))
         intent = self._intent(FORGET, args)

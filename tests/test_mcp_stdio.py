@@ -29,29 +29,27 @@ PRINCIPAL = "alice"
 PURPOSE = "engineering-decisions"
 TIMEOUT = 30
 
-SERVER_SCRIPT = f"""
-import anyio
-from engram_memory import DefaultPolicy, HostBinding, connect
-from engram_memory.adapters.mcp import serve_stdio
-
-binding = HostBinding(
-    tenant_id={TENANT!r}, workspace_id={WORKSPACE!r}, principal={PRINCIPAL!r},
-    agent_id="stdio-agent", session="stdio", purpose_ref={PURPOSE!r},
-)
-anyio.run(serve_stdio, connect("memory:", policy=DefaultPolicy(admission="accept")), binding)
-"""
-
 
 def server_command(db: Path) -> list[str]:
-    """The server under test (``db`` is unused until the console command serves a file).
-
-    Once ``engram-memory serve-mcp`` exists, swap the return line for::
-
-        return [sys.executable, "-m", "engram_memory", "serve-mcp", "--db", str(db), "--tenant", TENANT,
-                "--workspace", WORKSPACE, "--principal", PRINCIPAL, "--purpose", PURPOSE]
-    """
-    del db
-    return [sys.executable, "-c", SERVER_SCRIPT]
+    """The server under test: the ``engram-memory serve-mcp`` console command, serving ``db``."""
+    return [
+        sys.executable,
+        "-m",
+        "engram_memory",
+        "serve-mcp",
+        "--db",
+        str(db),
+        "--tenant",
+        TENANT,
+        "--workspace",
+        WORKSPACE,
+        "--principal",
+        PRINCIPAL,
+        "--purpose",
+        PURPOSE,
+        "--admission",
+        "accept",
+    ]
 
 
 @pytest.fixture(name="anyio_backend")

@@ -19,7 +19,7 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, settings
 
-from engram_memory import Confirmation, DefaultPolicy, HostBinding, ManualClock, MemoryAdmin, MemoryService
+from engram_memory import Confirmation, DefaultPolicy, HostBinding, ManualClock, MemoryAdmin, MemoryService, connect
 from engram_memory.canonical import canonical_bytes
 from engram_memory.errors import (
     EngramError,
@@ -1154,3 +1154,10 @@ def _files_holding(directory: Path, words: tuple[str, ...]) -> list[str]:
             data = path.read_bytes()
             found += [f"{path.name}: {word}" for word in words if word.encode() in data]
     return found
+
+
+def test_database_vault_and_key_files_are_owner_only(tmp_path: Path) -> None:
+    service = connect(f"sqlite:///{tmp_path / 'private.db'}")
+    service.close()
+    for name in ("private.db", "private.db.vault", "private.db.key"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name

@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap
 from engram_memory.errors import KeyUnavailableError, PortError, SealIntegrityError, StoreUnavailableError
 from engram_memory.ports import SealedEnvelope
 from engram_memory.stores.sqlite._errors import translate
+from engram_memory.stores.sqlite._files import create_private
 from engram_memory.stores.sqlite._schema import Migration, SchemaSpec, migrate
 
 __all__ = ["VAULT_SCHEMA", "MasterKeyError", "SQLiteKeyVault"]
@@ -176,6 +177,7 @@ class SQLiteKeyVault:
             raise ValueError("SQLiteKeyVault needs a file path (use InMemoryKeyVault for a transient vault)")
         self._lock = threading.Lock()
         self._closed = False
+        create_private(self._path)
         self._conn = self._connect(busy_timeout_ms)
         try:
             self._master = self._open_master(master_key, master_key_file)

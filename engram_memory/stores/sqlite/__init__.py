@@ -53,6 +53,7 @@ from engram_memory.stores.sqlite._errors import (
     translate,
     translated,
 )
+from engram_memory.stores.sqlite._files import create_private
 from engram_memory.stores.sqlite._schema import STORE_SCHEMA, migrate, schema_version
 
 __all__ = ["MigrationLedgerError", "SQLiteStore", "SchemaVersionError"]
@@ -556,6 +557,7 @@ class SQLiteStore:
         self._writer_lock = threading.Lock()
         self._closed = False
         self._scope_ids: dict[str, int] = {}
+        create_private(self._path)
         conn = self._connect()
         try:
             migrate(conn, STORE_SCHEMA, seed=_seed_secret)

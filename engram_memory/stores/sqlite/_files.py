@@ -1,0 +1,14 @@
+"""Database files are created owner-only (SQLite gives its -wal and -shm files the same mode)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+__all__ = ["create_private"]
+
+
+def create_private(path: str) -> None:
+    """Create an empty file with mode 0600 if ``path`` does not exist yet (never touches an existing file)."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))

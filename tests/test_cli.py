@@ -1,0 +1,200 @@
+"""The ``engram-memory`` command: demo, verify, stats and the help of every subcommand."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engram_memory.cli import main
+from engram_memory.context import scope_key
+
+ACME = scope_key("acme", "platform")
+"""The scope the demo writes to (its second tenant, globex, never gets a journal event)."""
+SUBCOMMANDS = ("demo", "verify", "stats", "serve-mcp")
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
+    status = main(argv)
+    return status, capsys.readouterr().out.splitlines()
+
+
+def _exit_of(argv: list[str]) -> SystemExit:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    return info.value
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "engram_memory", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def demo_db(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """A database the demo has written (with its ``.vault`` and ``.key`` beside it)."""
+    db = tmp_path / "demo.db"
+    assert main(["demo", "--db", str(db)]) == 0
+    capsys.readouterr()
+    return db
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def test_demo_exits_zero_and_narrates_every_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, lines = _run(["demo", "--db", str(tmp_path / "demo.db")], capsys)
+    assert status == 0
+    assert lines[0] == "engram-memory demo on demo.db (two tenants: acme, globex)"
+    assert [line.split(".")[0] for line in lines if not line.startswith(" ")][1:] == ["1", "2", "3", "4", "5", "6"]
+    assert "  verify acme: ok (journal height 6)" in lines
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["demo.db", "demo.db.key", "demo.db.vault"]
+
+
+def test_demo_without_db_leaves_nothing_behind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    status, lines = _run(["demo"], capsys)
+    assert status == 0
+    assert lines[0] == "engram-memory demo on demo.db (two tenants: acme, globex)"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_console_module_runs_the_demo(tmp_path: Path) -> None:
+    done = _cli("demo", "--db", "demo.db", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("engram-memory demo on demo.db")
+    assert done.stderr == ""
+
+
+# --------------------------------------------------------------------------- verify and stats
+
+
+def test_verify_reports_ok_for_every_scope(demo_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, lines = _run(["verify", "--db", str(demo_db)], capsys)
+    assert status == 0
+    assert lines == [f"{ACME}: ok (6)"]
+
+
+def test_stats_prints_journal_heights_and_counts(demo_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, lines = _run(["stats", "--db", str(demo_db)], capsys)
+    assert status == 0
+    counts = "candidate:admitted=1, candidate:pending=1, candidate:withdrawn=1, record:tombstoned=1"
+    assert lines == [f"{ACME}: journal height 6; {counts}"]
+
+
+def test_verify_and_stats_leave_the_database_unchanged(demo_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _run(["stats", "--db", str(demo_db)], capsys)
+    assert _run(["verify", "--db", str(demo_db)], capsys)[0] == 0
+    assert _run(["stats", "--db", str(demo_db)], capsys) == before
+
+
+@pytest.mark.parametrize("command", ["verify", "stats"])
+def test_a_missing_database_is_a_clear_failure(command: str, tmp_path: Path) -> None:
+    missing = tmp_path / "missing.db"
+    exit_ = _exit_of([command, "--db", str(missing)])
+    assert exit_.code == f"no database at {missing}"
+    assert list(tmp_path.iterdir()) == []  # nothing was created
+
+
+@pytest.mark.parametrize("command", ["verify", "stats"])
+def test_a_missing_database_exits_non_zero_from_the_shell(command: str, tmp_path: Path) -> None:
+    done = _cli(command, "--db", "missing.db", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.strip() == "no database at missing.db"
+
+
+def test_verify_reports_a_flipped_byte_of_an_event_body(demo_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = sqlite3.connect(demo_db)
+    try:
+        with raw:
+            (body,) = raw.execute("SELECT body FROM events WHERE cursor = 3").fetchone()
+            tampered = bytearray(body)
+            tampered[len(tampered) // 2] ^= 0x01
+            changed = raw.execute("UPDATE events SET body = ? WHERE cursor = 3", (bytes(tampered),)).rowcount
+    finally:
+        raw.close()
+    assert changed == 1
+    status, lines = _run(["verify", "--db", str(demo_db)], capsys)
+    assert status == 1
+    assert lines == [f"{ACME}: JOURNAL_CORRUPT at cursor 3 (6)"]
+
+
+@pytest.mark.parametrize("command", ["verify", "stats"])
+def test_read_only_commands_never_create_key_material(
+    command: str, demo_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "demo.db").write_bytes(demo_db.read_bytes())
+    try:
+        status: object = main([command, "--db", str(alone / "demo.db")])
+    except SystemExit as exit_:
+        status = exit_.code
+    assert status not in {0, None}  # refused, and nothing created:
+    assert sorted(path.name for path in alone.iterdir()) == ["demo.db"]
+
+
+def test_a_foreign_file_is_a_clear_failure(tmp_path: Path) -> None:
+    (tmp_path / "notes.db").write_text("not a database\n")
+    done = _cli("verify", "--db", "notes.db", cwd=tmp_path)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+
+
+# --------------------------------------------------------------------------- help
+
+
+def test_the_top_level_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _exit_of(["--help"]).code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: engram-memory")
+    for command in SUBCOMMANDS:
+        assert command in out
+    assert "re-derive every scope's journal chain and state" in out
+    assert "counts per scope and state, and journal height" in out
+
+
+def _description(help_text: str) -> str:
+    """The paragraph between argparse's usage block and its option list."""
+    paragraphs = help_text.split("\n\n")
+    assert paragraphs[0].startswith("usage: engram-memory ")
+    return "\n\n".join(p for p in paragraphs[1:] if not p.startswith(("options:", "positional arguments:"))).strip()
+
+
+@pytest.mark.parametrize(
+    ("command", "options"),
+    [
+        pytest.param("demo", ["--db"]),
+        pytest.param("verify", ["--db"]),
+        pytest.param("stats", ["--db"]),
+        pytest.param("serve-mcp", ["--db", "--tenant", "--workspace", "--principal", "--purpose", "--admission"]),
+    ],
+)
+def test_the_help_of_each_subcommand_explains_it(
+    command: str, options: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _exit_of([command, "--help"]).code == 0
+    out = capsys.readouterr().out
+    for option in options:
+        assert option in out
+    assert _description(out), f"`engram-memory {command} --help` does not say what the command does"
+
+
+def test_demo_refuses_an_existing_database(demo_db: Path) -> None:
+    before = demo_db.read_bytes()
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--db", str(demo_db)])
+    assert "already exists" in str(exit_.value.code)
+    assert demo_db.read_bytes() == before
