@@ -3,7 +3,7 @@
 Each runs: idempotency lookup (a replay returns the original response) → confirmation gate →
 lifecycle checks (refusals write nothing) → one unit of work that appends the journal event,
 updates state and indexes, binds the idempotency key and consumes the confirmation → key
-destruction after commit. Keys are scoped to (scope, principal) across the four tools; the stored
+destruction (inside the unit for withdraw and forget, after commit for accept and reject). Keys are scoped to (scope, principal) across the four tools; the stored
 intent is the digest of (tool, canonical arguments).
 """
 
@@ -473,7 +473,15 @@ class WritePath:
         """Decide a candidate through the policy (``decide=None``) or a host adjudication."""
         scope = binding.scope
         with self._read(scope) as reader:
-            row = _check_admissible(reader.candidate(candidate_id))
+            try:
+                row = _check_admissible(reader.candidate(candidate_id))
+            except EngramError:
+                # the same key may have won a race since our first lookup: then this is its replay
+                won = reader.idempotency(binding.principal, key) if key is not None else None
+                replay = self._check_replay(won, intent) if intent is not None else None
+                if replay is not None:
+                    return from_json(RequestAdmissionResult, {**replay, "replayed": True})
+                raise
             if row.state == "admitted":
                 return self._duplicate_admission(binding, row, key, intent)
             opened = self._open_candidate(scope, row)
@@ -683,8 +691,6 @@ class WritePath:
         replay, confirmation = self._replay_or_gate(WITHDRAW, args, binding, now)
         if replay is not None:
             return from_json(WithdrawResult, {**replay, "replayed": True})
-        with self._read(binding.scope) as reader:
-            _check_withdrawable(reader.candidate(args.candidate_id))
         intent = self._intent(WITHDRAW, args)
         at = format_instant(now)
         authorization = self._authorization(WITHDRAW, binding, args.candidate_id, now)
@@ -730,6 +736,21 @@ class WritePath:
 
         value, replayed = self._commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
         return from_json(WithdrawResult, {**value, "replayed": True} if replayed else value)
+
+    def _destroy_or_abort(self, sealed: SealedEnvelope | None) -> None:
+        """Destroy a forgotten record's body key inside the unit; if the vault fails, nothing commits.
+
+        forget answers only once the key is gone: a vault failure aborts the unit with
+        ``STORE_UNAVAILABLE`` (retriable) and the record stays as it was. Should the commit fail
+        after the key is destroyed, the record is unreadable (``BLOB_MISSING``) until a retry of
+        the same forget completes it.
+        """
+        if sealed is None:
+            return
+        try:
+            self._vault.destroy(sealed.key_ref)
+        except Exception as exc:
+            raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="key vault could not destroy the key") from exc
 
     def _destroy_in_unit(self, unit: UnitOfWork, sealed: SealedEnvelope | None) -> Literal["pending", "complete"]:
         """Destroy a withdrawn candidate's key before the unit commits, so the answer can say so.
@@ -783,8 +804,6 @@ class WritePath:
         replay, confirmation = self._replay_or_gate(FORGET, args, binding, now)
         if replay is not None:
             return from_json(ForgetResult, {**replay, "replayed": True})
-        with self._read(binding.scope) as reader:
-            row = _check_forgettable(reader.record(args.record_id))
         intent = self._intent(FORGET, args)
         at = format_instant(now)
         authorization = self._authorization(FORGET, binding, args.record_id, now)
@@ -820,8 +839,7 @@ class WritePath:
                     trust_valid=current.trust_valid,
                 )
             )
-            if current.sealed is not None:
-                unit.doom_key(current.sealed.key_ref)
+            self._destroy_or_abort(current.sealed)
             coverage = digest(
                 Domain.COVERAGE,
                 {"record_id": current.record_id, "indexes": ["lexical"], "cursor": body["cursor"]},
@@ -842,8 +860,4 @@ class WritePath:
             ).to_json()
 
         value, replayed = self._commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
-        if replayed:
-            return from_json(ForgetResult, {**value, "replayed": True})
-        if row.sealed is not None:
-            self.destroy_keys(binding.scope, [row.sealed.key_ref])
-        return from_json(ForgetResult, value)
+        return from_json(ForgetResult, {**value, "replayed": True} if replayed else value)

@@ -10,5 +10,5 @@ __all__ = ["create_private"]
 
 def create_private(path: str) -> None:
     """Create an empty file with mode 0600 if ``path`` does not exist yet (never touches an existing file)."""
-    with contextlib.suppress(FileExistsError):
+    with contextlib.suppress(OSError):  # exists already, or sqlite3 reports the real problem at open
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))

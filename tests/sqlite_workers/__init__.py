@@ -1,0 +1,1 @@
+"""Subprocess entry points for the SQLite crash and concurrency tests (run with ``python -m``)."""
