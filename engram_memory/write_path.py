@@ -2,9 +2,10 @@
 
 Each runs: idempotency lookup (a replay returns the original response) → confirmation gate →
 lifecycle checks (refusals write nothing) → one unit of work that appends the journal event,
-updates state and indexes, binds the idempotency key and consumes the confirmation → key
-destruction (inside the unit for withdraw and forget, after commit for accept and reject). Keys are scoped to (scope, principal) across the four tools; the stored
-intent is the digest of (tool, canonical arguments).
+updates state and indexes, binds the idempotency key and consumes the confirmation. Keys are
+destroyed inside the unit for withdraw and forget, right after commit for accept and reject.
+Idempotency keys are scoped to (scope, principal) across the four tools; the stored intent is the
+digest of (tool, canonical arguments).
 """
 
 from __future__ import annotations
