@@ -9,10 +9,8 @@ trust valid, valid at the pinned ``valid_as_of`` and not past retention expiry.
 always checked against the live clock, so a record that expires between two pages changes the
 ordering and the next page is ``STALE_PAGE``.
 
-**Page cursor.** ``base64url(payload ‖ mac)`` without padding, where ``payload`` is the canonical
-JSON ``{"v": 1, "o": offset, "va": valid_as_of, "sa": system_as_of, "od": ordering_digest}`` and
-``mac = HMAC-SHA256(store.secret(), PAGE_CURSOR domain ‖ binding_digest ‖ payload)``.
-``binding_digest`` binds the scope, principal, purpose, query, ``limit``, ``max_packet_bytes``,
+**Page cursor** (:mod:`engram_memory.page_cursor`): an HMAC under the store secret over the
+position and pins. ``binding_digest`` binds the scope, principal, purpose, query, ``limit``, ``max_packet_bytes``,
 ``capability_policy``, the ranking profile and its config digest; ``ordering_digest`` binds the
 whole ordered list (ids, scores and recencies) computed at the pins. A later page re-ranks at the
 pins and compares: a forged, edited, foreign or re-parameterised cursor, a moved ordering (new
@@ -33,12 +31,7 @@ while the search was reading is detected with a fresh view and the search is re-
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
 import json
-import re
 import struct
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -57,7 +50,6 @@ from engram_memory.canonical import (
     epoch_ms,
     format_cursor,
     format_instant,
-    parse_cursor,
     receipt_digest,
 )
 from engram_memory.context import HostBinding
@@ -67,6 +59,7 @@ from engram_memory.errors import (
     KeyUnavailableError,
     SealIntegrityError,
 )
+from engram_memory.page_cursor import PageCursor, PageCursorCodec
 from engram_memory.ports import (
     Clock,
     KeyVault,
@@ -81,6 +74,7 @@ from engram_memory.ports import (
 from engram_memory.ranking.bm25f import CANDIDATE_CAP
 from engram_memory.ranking.eligibility import row_is_eligible
 from engram_memory.records import authorization_for, record_context
+from engram_memory.redaction import redact_record
 from engram_memory.results import GetResult, RecordPacket, SearchResult
 from engram_memory.store_access import read_view
 from engram_memory.wire.args import GetArgs, SearchArgs
@@ -91,9 +85,6 @@ TRANSPORT_CAP: Final = 1_048_576
 """The largest canonical value a search or get may return (UTF-8 bytes)."""
 SEARCH: Final = "engram_memory_search"
 GET: Final = "engram_memory_get"
-_CURSOR_VERSION: Final = 1
-_MAC_BYTES: Final = 32
-_BASE64URL: Final = re.compile(r"[A-Za-z0-9_-]+")
 _PLACEHOLDER_DIGEST: Final = ZERO_DIGEST
 _SEARCH_ATTEMPTS: Final = 3
 _DIGEST_MEMBER_BYTES: Final = len(',"response_digest":""') + len(ZERO_DIGEST)
@@ -103,158 +94,8 @@ class _ConcurrentErasureError(Exception):
     """A record's key vanished because a forget committed while this read was in progress."""
 
 
-# --------------------------------------------------------------------------- page cursor
-
-
-@attrs.frozen(kw_only=True)
-class PageCursor:
-    """What a page cursor carries: where the next page starts and the pins it was ranked at."""
-
-    offset: int
-    valid_as_of: int
-    system_as_of: int
-    ordering_digest: str
-
-
-def _b64encode(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
-
-
-def _b64decode(text: str) -> bytes:
-    if _BASE64URL.fullmatch(text) is None:
-        raise ValueError("not base64url")
-    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    if _b64encode(raw) != text:
-        raise ValueError("non-canonical base64url")
-    return raw
-
-
 def _stale(detail: str) -> EngramError:
     return EngramError(ErrorCode.STALE_PAGE, detail=detail)
-
-
-class PageCursorCodec:
-    """Encodes and verifies page cursors with an HMAC-SHA256 under the store's secret."""
-
-    def __init__(self, secret: bytes) -> None:
-        self._secret = secret
-
-    def _mac(self, binding_digest: str, payload: bytes) -> bytes:
-        message = Domain.PAGE_CURSOR.prefix + binding_digest.encode("ascii") + payload
-        return hmac.new(self._secret, message, hashlib.sha256).digest()
-
-    @staticmethod
-    def _payload(cursor: PageCursor) -> bytes:
-        return canonical_bytes(
-            {
-                "v": _CURSOR_VERSION,
-                "o": cursor.offset,
-                "va": cursor.valid_as_of,
-                "sa": format_cursor(cursor.system_as_of),
-                "od": cursor.ordering_digest,
-            }
-        )
-
-    def encode(self, cursor: PageCursor, binding_digest: str) -> str:
-        """The opaque cursor string for ``cursor``, bound to ``binding_digest``."""
-        payload = self._payload(cursor)
-        return _b64encode(payload + self._mac(binding_digest, payload))
-
-    def decode(self, token: str, binding_digest: str) -> PageCursor:
-        """Verify and decode a cursor issued for the same binding digest.
-
-        Raises:
-            EngramError: ``STALE_PAGE`` for anything but an untouched cursor of this binding.
-        """
-        try:
-            raw = _b64decode(token)
-        except (ValueError, binascii.Error, UnicodeError) as exc:
-            raise _stale("page cursor is not base64url") from exc
-        if len(raw) <= _MAC_BYTES:
-            raise _stale("page cursor too short")
-        payload, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
-        if not hmac.compare_digest(mac, self._mac(binding_digest, payload)):
-            raise _stale("page cursor MAC does not verify for this request")
-        # only payloads this codec wrote get here; re-encoding checks keys, types and form at once
-        try:
-            fields = json.loads(payload)
-            cursor = PageCursor(
-                offset=fields["o"],
-                valid_as_of=fields["va"],
-                system_as_of=parse_cursor(fields["sa"]),
-                ordering_digest=fields["od"],
-            )
-            if self._payload(cursor) != payload:
-                raise ValueError("payload is not in canonical cursor form")  # noqa: TRY301 - one refusal path
-        except (ValueError, KeyError, TypeError, CanonicalError) as exc:  # pragma: no cover - MAC-valid only
-            raise _stale("page cursor payload is malformed") from exc
-        return cursor
-
-
-# --------------------------------------------------------------------------- redaction
-
-
-def _decode_pointer(pointer: str) -> list[str] | None:
-    """RFC 6901 reference tokens of ``pointer``; ``None`` for a malformed pointer."""
-    if pointer == "":
-        return []
-    if not pointer.startswith("/"):
-        return None
-    tokens: list[str] = []
-    for token in pointer[1:].split("/"):
-        if re.search(r"~(?![01])", token) is not None:
-            return None
-        tokens.append(token.replace("~1", "/").replace("~0", "~"))
-    return tokens
-
-
-def _escape(key: str) -> str:
-    return "/" + key.replace("~", "~0").replace("/", "~1")
-
-
-def _copy_path(source: dict[str, Any], target: dict[str, Any], tokens: list[str]) -> None:
-    """Copy the value ``tokens`` address in ``source`` into ``target``; arrays are never traversed."""
-    node: Any = source
-    for token in tokens:
-        if not isinstance(node, dict) or token not in node:
-            return
-        node = node[token]
-    out = target
-    for token in tokens[:-1]:
-        child = out.get(token)
-        if child is None:
-            child = out[token] = {}
-        elif not isinstance(child, dict):  # pragma: no cover - only a non-object could be here
-            return
-        out = child
-    out[tokens[-1]] = node
-
-
-def redact_record(record: dict[str, Any], allowlist: Sequence[str] | None) -> tuple[dict[str, Any], list[str]]:
-    """Redact ``record`` by omission (DESIGN D12).
-
-    ``allowlist`` holds JSON pointers (``None`` = the whole record; ``""`` = the whole record;
-    pointers through arrays or to missing paths are ignored). ``record_id`` is always kept.
-    Returns the redacted record and the removed top-level fields as sorted escaped pointers.
-    """
-    if allowlist is None:
-        redacted = dict(record)
-    else:
-        redacted = {}
-        for pointer in sorted(allowlist, key=lambda p: (p != "", p)):
-            tokens = _decode_pointer(pointer)
-            if tokens is None:
-                continue
-            if not tokens:
-                redacted.update(record)
-                continue
-            existing = redacted.get(tokens[0])
-            if existing is not None and existing is record.get(tokens[0]):
-                continue  # the whole top-level value is already included
-            _copy_path(record, redacted, tokens)
-    redacted["record_id"] = record["record_id"]
-    removed = sorted(_escape(key) for key in record if key not in redacted)
-    return redacted, removed
 
 
 # --------------------------------------------------------------------------- read path
