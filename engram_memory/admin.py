@@ -83,6 +83,6 @@ class MemoryAdmin:
         for scope in self._service.store.scopes():
             with self._service.store.read(scope) as reader:
                 doomed = reader.doomed_keys()
-            self._service._write.destroy_keys(scope, doomed)  # noqa: SLF001 - same package
+            self._service._write.guard.destroy_keys(scope, doomed)  # noqa: SLF001 - same package
             reaped += len(doomed)
         return reaped

@@ -179,7 +179,7 @@ class MemoryService:
         if name not in _MUTATIONS:
             raise ProtocolError.unknown_tool("not a mutating tool")
         args = parse_args(ARGS_BY_TOOL[name], arguments)
-        return self._write.operation_digest(name, args, binding)
+        return self._write.guard.operation_digest(name, args, binding)
 
     def call_tool(self, name: str, arguments: Any, binding: HostBinding) -> dict[str, Any]:
         """Run one tool call from JSON arguments and return the contract envelope.

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal
 
 from engram_memory.canonical import (
     Domain,
@@ -34,29 +32,24 @@ from engram_memory.errors import (
     KeyUnavailableError,
     ProtocolError,
     SealIntegrityError,
-    StoreConflictError,
-    StoreCorruptError,
-    StoreOutcomeUnknownError,
-    StoreUnavailableError,
 )
 from engram_memory.journal import build_event
+from engram_memory.lifecycle import check_admissible, check_forgettable, check_withdrawable, duplicate_value
+from engram_memory.mutation_guard import MutationGuard
 from engram_memory.ports import (
     AdmissionRequest,
     CandidateRow,
     Clock,
-    IdempotencyRow,
     IndexedDocument,
     KeyVault,
     Policy,
     RecordRow,
     SealedEnvelope,
     Store,
-    StoreReader,
     UnitOfWork,
 )
 from engram_memory.ranking.tokenizer import term_frequencies
 from engram_memory.records import (
-    authorization_for,
     build_record,
     candidate_context,
     candidate_id_for,
@@ -74,263 +67,36 @@ from engram_memory.results import (
     WithdrawResult,
     from_json,
 )
-from engram_memory.store_access import read_view
 from engram_memory.wire.args import CaptureArgs, ForgetArgs, RequestAdmissionArgs, WithdrawArgs
 from engram_memory.wire.converter import unstructure_args
 
-__all__ = ["CONFIRMATION_MAX_AGE", "CONFIRMATION_TTL", "DECISION_MAX_AGE", "WritePath", "operation_target"]
+__all__ = ["DECISION_MAX_AGE", "WritePath"]
 
 _log = logging.getLogger("engram_memory")
-_T = TypeVar("_T")
-
-CONFIRMATION_TTL: Final = timedelta(seconds=300)
-"""The longest allowed gap between a confirmation's request and its approval."""
-CONFIRMATION_MAX_AGE: Final = timedelta(seconds=30)
-"""A confirmed call must run within this long after approval."""
 DECISION_MAX_AGE: Final = timedelta(seconds=300)
 """An admission decision older than this is ``POLICY_STALE``."""
-_COMMIT_ATTEMPTS: Final = 3
+
 
 CAPTURE = "engram_memory_capture"
 ADMISSION = "engram_memory_request_admission"
 WITHDRAW = "engram_memory_withdraw"
 FORGET = "engram_memory_forget"
 
-Mutation = CaptureArgs | RequestAdmissionArgs | WithdrawArgs | ForgetArgs
-
-
-def operation_target(args: Mutation) -> str:
-    """The target a confirmation names: the candidate, the record, or (capture) the key."""
-    if isinstance(args, RequestAdmissionArgs | WithdrawArgs):
-        return args.candidate_id
-    if isinstance(args, ForgetArgs):
-        return args.record_id
-    return args.idempotency_key
-
-
-def _not_found() -> EngramError:
-    return EngramError(ErrorCode.NOT_FOUND)
-
-
-def _check_withdrawable(row: CandidateRow | None) -> CandidateRow:
-    """The candidate a withdraw may end, or the refusal (checked before and inside the unit)."""
-    if row is None:
-        raise _not_found()
-    if row.state in {"withdrawn", "rejected"}:
-        raise EngramError(ErrorCode.ALREADY_TERMINAL)
-    if row.state != "pending":
-        raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
-    return row
-
-
-def _check_forgettable(row: RecordRow | None) -> RecordRow:
-    """The record a forget may tombstone, or the refusal (checked before and inside the unit)."""
-    if row is None:
-        raise _not_found()
-    if row.state == "tombstoned":
-        raise EngramError(ErrorCode.ALREADY_TERMINAL)
-    return row
-
-
-def _check_admissible(row: CandidateRow | None) -> CandidateRow:
-    """A pending or already admitted candidate, or the refusal (checked before and inside the unit)."""
-    if row is None:
-        raise _not_found()
-    if row.state == "admitted" and row.outcome is not None:
-        return row
-    if row.state != "pending":
-        raise EngramError(ErrorCode.ALREADY_TERMINAL)
-    return row
-
-
-def _duplicate_value(row: CandidateRow) -> dict[str, Any]:
-    """The duplicate_exact answer for a candidate admitted earlier (under another key)."""
-    assert row.outcome is not None  # noqa: S101 - only called for admitted candidates
-    original = json.loads(row.outcome)
-    return RequestAdmissionResult(
-        outcome=from_json(AdmissionOutcome, {**original, "status": "duplicate_exact"}), replayed=False
-    ).to_json()
-
 
 class WritePath:
     """Implements the mutations over the ports; held by :class:`engram_memory.MemoryService`."""
+
+    @property
+    def guard(self) -> MutationGuard:
+        """The mutation guard (idempotency, confirmation, units of work) the operations run through."""
+        return self._guard
 
     def __init__(self, *, store: Store, vault: KeyVault, policy: Policy, clock: Clock) -> None:
         self._store = store
         self._vault = vault
         self._policy = policy
         self._clock = clock
-
-    # ------------------------------------------------------------------ shared machinery
-
-    def operation_digest(self, tool: str, args: Mutation, binding: HostBinding) -> str:
-        """The digest a human confirms: tool, scope, principal, target and canonical arguments."""
-        return digest(
-            Domain.OPERATION,
-            {
-                "tool": tool,
-                "scope_ref": binding.scope,
-                "principal": binding.principal,
-                "target": operation_target(args),
-                "arguments": unstructure_args(args),
-            },
-        )
-
-    def _intent(self, tool: str, args: Mutation) -> str:
-        return digest(Domain.IDEMPOTENCY_INTENT, {"tool": tool, "arguments": unstructure_args(args)})
-
-    def _now(self, binding: HostBinding) -> datetime:
-        now = self._clock.now()
-        if binding.deadline is not None and now >= binding.deadline:
-            raise EngramError(ErrorCode.DEADLINE_EXCEEDED)
-        return now
-
-    def _replay(self, binding: HostBinding, tool: str, args: Mutation) -> dict[str, Any] | None:
-        """The original response for a replayed key, ``None`` for a fresh key.
-
-        Raises:
-            EngramError: ``DIGEST_CONFLICT`` when the key is bound to another intent.
-        """
-        with self._read(binding.scope) as reader:
-            row = reader.idempotency(binding.principal, args.idempotency_key)
-        return self._check_replay(row, self._intent(tool, args))
-
-    @staticmethod
-    def _check_replay(row: IdempotencyRow | None, intent: str) -> dict[str, Any] | None:
-        if row is None:
-            return None
-        if row.intent_digest != intent:
-            raise EngramError(ErrorCode.DIGEST_CONFLICT, detail="key bound to another intent")
-        value: dict[str, Any] = json.loads(row.response)
-        return value
-
-    def _bound_confirmation(self, tool: str, args: Mutation, binding: HostBinding) -> Confirmation | None:
-        """The binding's confirmation when the tool needs one, checked against this operation.
-
-        Raises:
-            ProtocolError: -32603 when a required confirmation is missing.
-            EngramError: ``gate_failed`` when it names another tool, target or operation.
-        """
-        required = tool in {WITHDRAW, FORGET} or self._policy.requires_confirmation(tool, binding)
-        if not required:
-            return None
-        confirmation = binding.confirmation
-        if confirmation is None:
-            raise ProtocolError.untrusted_context("confirmation reference missing")
-        if (
-            confirmation.tool != tool
-            or confirmation.target != operation_target(args)
-            or confirmation.operation_digest != self.operation_digest(tool, args, binding)
-        ):
-            raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation does not match the call")
-        return confirmation
-
-    def _replay_or_gate(
-        self, tool: str, args: Mutation, binding: HostBinding, now: datetime
-    ) -> tuple[dict[str, Any] | None, Confirmation | None]:
-        """Return ``(original response, None)`` for a replay, else ``(None, valid confirmation)``.
-
-        A replay of a gated operation still needs a confirmation bound to the same operation, but
-        not a fresh or unused one: it writes nothing, and a retry after an unknown outcome must be
-        able to reuse the approval the first attempt consumed.
-        """
-        replay = self._replay(binding, tool, args)
-        if replay is not None:
-            self._bound_confirmation(tool, args, binding)
-            return replay, None
-        return None, self._gate(tool, args, binding, now)
-
-    def _gate(self, tool: str, args: Mutation, binding: HostBinding, now: datetime) -> Confirmation | None:
-        confirmation = self._bound_confirmation(tool, args, binding)
-        if confirmation is None:
-            return None
-        approval_wait = confirmation.approved_at - confirmation.requested_at
-        since_approval = now - confirmation.approved_at
-        if (
-            not timedelta(0) <= approval_wait <= CONFIRMATION_TTL
-            or not timedelta(0) <= since_approval <= CONFIRMATION_MAX_AGE
-        ):
-            raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation outside its time window")
-        with self._read(binding.scope) as reader:
-            if reader.confirmation_used(confirmation.id):
-                raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation already used")
-        return confirmation
-
-    def _read(self, scope: str) -> AbstractContextManager[StoreReader]:
-        return read_view(self._store, scope)
-
-    def _commit(self, scope: str, work: Callable[[UnitOfWork], _T]) -> _T:
-        """Run ``work`` in one unit of work, re-running it after a lost race; map port errors."""
-        for attempt in range(_COMMIT_ATTEMPTS):
-            try:
-                with self._store.write(scope) as unit:
-                    return work(unit)
-            except StoreConflictError as exc:
-                if attempt == _COMMIT_ATTEMPTS - 1:
-                    raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=str(exc)) from exc
-            except StoreOutcomeUnknownError as exc:
-                raise EngramError(ErrorCode.MUTATION_OUTCOME_UNKNOWN, detail=str(exc)) from exc
-            except StoreUnavailableError as exc:
-                raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=str(exc)) from exc
-            except StoreCorruptError as exc:
-                raise EngramError(exc.code, detail=str(exc)) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _commit_mutation(
-        self,
-        binding: HostBinding,
-        key: str | None,
-        intent: str | None,
-        confirmation: Confirmation | None,
-        body: Callable[[UnitOfWork], dict[str, Any]],
-    ) -> tuple[dict[str, Any], bool]:
-        """Run ``body`` in one unit of work that also binds the key and consumes the confirmation.
-
-        Returns ``(value, replayed)``: if a concurrent writer bound the same key and intent first,
-        its response is returned with nothing written.
-        """
-
-        def work(unit: UnitOfWork) -> tuple[dict[str, Any], bool]:
-            if key is not None and intent is not None:
-                existing = self._check_replay(unit.idempotency(binding.principal, key), intent)
-                if existing is not None:
-                    return existing, True
-            value = body(unit)
-            if binding.deadline is not None and self._clock.now() >= binding.deadline:
-                raise EngramError(ErrorCode.DEADLINE_EXCEEDED, detail="deadline passed before commit")
-            self._consume(unit, confirmation)
-            if key is not None and intent is not None:
-                row = IdempotencyRow(intent_digest=intent, response=canonical_bytes(value))
-                unit.put_idempotency(binding.principal, key, row)
-            return value, False
-
-        return self._commit(binding.scope, work)
-
-    def _consume(self, unit: UnitOfWork, confirmation: Confirmation | None) -> None:
-        if confirmation is None:
-            return
-        if unit.confirmation_used(confirmation.id):
-            raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation already used")
-        unit.consume_confirmation(confirmation.id)
-
-    def _authorization(self, tool: str, binding: HostBinding, target: str, now: datetime) -> str:
-        return authorization_for(
-            tool=tool, binding=binding, policy=self._policy, target=target, checked_at=format_instant(now)
-        )
-
-    def destroy_keys(self, scope: str, key_refs: list[str]) -> None:
-        """Destroy committed-doomed keys and clear them from the store (best effort, logged)."""
-        for key_ref in key_refs:
-            try:
-                self._vault.destroy(key_ref)
-                with self._store.write(scope) as unit:
-                    unit.clear_doomed_key(key_ref)
-            except Exception:  # noqa: BLE001 - a vault failure must not undo a committed mutation
-                _log.exception("key destruction deferred; MemoryAdmin.reap_keys will retry")
-
-    @property
-    def _destruction(self) -> str:
-        return "complete" if self._vault.destroys_synchronously else "pending"
+        self._guard = MutationGuard(store=store, vault=vault, policy=policy, clock=clock)
 
     # ------------------------------------------------------------------ capture
 
@@ -338,18 +104,18 @@ class WritePath:
         """Seal cited material as a pending candidate (see the contract for every rule)."""
         if args.payload.purpose_ref != binding.purpose_ref:
             raise ProtocolError.untrusted_context("payload purpose differs from the bound purpose")
-        now = self._now(binding)
-        replay, confirmation = self._replay_or_gate(CAPTURE, args, binding, now)
+        now = self._guard.now(binding)
+        replay, confirmation = self._guard.replay_or_gate(CAPTURE, args, binding, now)
         if replay is not None:
             return from_json(CaptureResult, {**replay, "status": "duplicate_exact"})
         self._check_capture_policy(binding, args, now)
-        intent = self._intent(CAPTURE, args)
+        intent = self._guard.intent(CAPTURE, args)
         raw = unstructure_args(args)
         completed = complete_payload(raw["payload"], binding.scope)
         payload_digest = digest(Domain.PAYLOAD, completed)
         candidate_id = candidate_id_for(binding.scope, binding.principal, args.idempotency_key)
         recorded_at = format_instant(now)
-        authorization = self._authorization(CAPTURE, binding, candidate_id, now)
+        authorization = self._guard.authorization(CAPTURE, binding, candidate_id, now)
         trust = trust_binding(
             trust_class=self._policy.trust_class(binding),
             evidence_digest=args.evidence.evidence_digest,
@@ -417,7 +183,7 @@ class WritePath:
                 ),
             ).to_json()
 
-        value, replayed = self._commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
+        value, replayed = self._guard.commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
         if replayed:
             value = {**value, "status": "duplicate_exact"}
         return from_json(CaptureResult, value)
@@ -446,8 +212,8 @@ class WritePath:
 
     def request_admission(self, binding: HostBinding, args: RequestAdmissionArgs) -> RequestAdmissionResult:
         """Ask the policy to decide a pending candidate (see the contract for every rule)."""
-        now = self._now(binding)
-        replay, confirmation = self._replay_or_gate(ADMISSION, args, binding, now)
+        now = self._guard.now(binding)
+        replay, confirmation = self._guard.replay_or_gate(ADMISSION, args, binding, now)
         if replay is not None:
             return from_json(RequestAdmissionResult, {**replay, "replayed": True})
         return self.decide_candidate(
@@ -455,7 +221,7 @@ class WritePath:
             candidate_id=args.candidate_id,
             now=now,
             key=args.idempotency_key,
-            intent=self._intent(ADMISSION, args),
+            intent=self._guard.intent(ADMISSION, args),
             confirmation=confirmation,
             decide=None,
         )
@@ -473,13 +239,13 @@ class WritePath:
     ) -> RequestAdmissionResult:
         """Decide a candidate through the policy (``decide=None``) or a host adjudication."""
         scope = binding.scope
-        with self._read(scope) as reader:
+        with self._guard.read(scope) as reader:
             try:
-                row = _check_admissible(reader.candidate(candidate_id))
+                row = check_admissible(reader.candidate(candidate_id))
             except EngramError:
                 # the same key may have won a race since our first lookup: then this is its replay
                 won = reader.idempotency(binding.principal, key) if key is not None else None
-                replay = self._check_replay(won, intent) if intent is not None else None
+                replay = self._guard.check_replay(won, intent) if intent is not None else None
                 if replay is not None:
                     return from_json(RequestAdmissionResult, {**replay, "replayed": True})
                 raise
@@ -521,13 +287,13 @@ class WritePath:
                 replayed=False,
             )
         committed_at = format_instant(now)
-        authorization = self._authorization(ADMISSION, binding, candidate_id, now)
+        authorization = self._guard.authorization(ADMISSION, binding, candidate_id, now)
         accept = decision == "accept"
 
         def work(unit: UnitOfWork) -> dict[str, Any]:
-            current = _check_admissible(unit.candidate(candidate_id))
+            current = check_admissible(unit.candidate(candidate_id))
             if current.state == "admitted":  # another request admitted it meanwhile
-                return _duplicate_value(current)
+                return duplicate_value(current)
             event, body = build_event(
                 unit,
                 recorded_at=committed_at,
@@ -576,18 +342,18 @@ class WritePath:
                 unit.doom_key(current.sealed.key_ref)
             return RequestAdmissionResult(outcome=outcome, replayed=False).to_json()
 
-        value, replayed = self._commit_mutation(binding, key, intent, confirmation, work)
+        value, replayed = self._guard.commit_mutation(binding, key, intent, confirmation, work)
         if replayed:
             return from_json(RequestAdmissionResult, {**value, "replayed": True})
         if row.sealed is not None and value["outcome"]["status"] != "duplicate_exact":
-            self.destroy_keys(scope, [row.sealed.key_ref])
+            self._guard.destroy_keys(scope, [row.sealed.key_ref])
         return from_json(RequestAdmissionResult, value)
 
     def _duplicate_admission(
         self, binding: HostBinding, row: CandidateRow, key: str | None, intent: str | None
     ) -> RequestAdmissionResult:
-        value = _duplicate_value(row)
-        committed, replayed = self._commit_mutation(binding, key, intent, None, lambda _unit: value)
+        value = duplicate_value(row)
+        committed, replayed = self._guard.commit_mutation(binding, key, intent, None, lambda _unit: value)
         return from_json(RequestAdmissionResult, {**committed, "replayed": replayed})
 
     def _open_candidate(self, scope: str, row: CandidateRow) -> dict[str, Any]:
@@ -688,16 +454,16 @@ class WritePath:
 
     def withdraw(self, binding: HostBinding, args: WithdrawArgs) -> WithdrawResult:
         """End a pending candidate and destroy its key (confirmation-gated)."""
-        now = self._now(binding)
-        replay, confirmation = self._replay_or_gate(WITHDRAW, args, binding, now)
+        now = self._guard.now(binding)
+        replay, confirmation = self._guard.replay_or_gate(WITHDRAW, args, binding, now)
         if replay is not None:
             return from_json(WithdrawResult, {**replay, "replayed": True})
-        intent = self._intent(WITHDRAW, args)
+        intent = self._guard.intent(WITHDRAW, args)
         at = format_instant(now)
-        authorization = self._authorization(WITHDRAW, binding, args.candidate_id, now)
+        authorization = self._guard.authorization(WITHDRAW, binding, args.candidate_id, now)
 
         def work(unit: UnitOfWork) -> dict[str, Any]:
-            current = _check_withdrawable(unit.candidate(args.candidate_id))
+            current = check_withdrawable(unit.candidate(args.candidate_id))
             event, body = build_event(
                 unit,
                 recorded_at=at,
@@ -735,7 +501,7 @@ class WritePath:
                 key_destruction=destruction,
             ).to_json()
 
-        value, replayed = self._commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
+        value, replayed = self._guard.commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
         return from_json(WithdrawResult, {**value, "replayed": True} if replayed else value)
 
     def _destroy_or_abort(self, sealed: SealedEnvelope | None) -> None:
@@ -801,16 +567,16 @@ class WritePath:
 
     def forget(self, binding: HostBinding, args: ForgetArgs) -> ForgetResult:
         """Tombstone an admitted record: destroy its body key and purge it from every index."""
-        now = self._now(binding)
-        replay, confirmation = self._replay_or_gate(FORGET, args, binding, now)
+        now = self._guard.now(binding)
+        replay, confirmation = self._guard.replay_or_gate(FORGET, args, binding, now)
         if replay is not None:
             return from_json(ForgetResult, {**replay, "replayed": True})
-        intent = self._intent(FORGET, args)
+        intent = self._guard.intent(FORGET, args)
         at = format_instant(now)
-        authorization = self._authorization(FORGET, binding, args.record_id, now)
+        authorization = self._guard.authorization(FORGET, binding, args.record_id, now)
 
         def work(unit: UnitOfWork) -> dict[str, Any]:
-            current = _check_forgettable(unit.record(args.record_id))
+            current = check_forgettable(unit.record(args.record_id))
             event, body = build_event(
                 unit,
                 recorded_at=at,
@@ -860,5 +626,5 @@ class WritePath:
                 coverage_receipt_digest=coverage,
             ).to_json()
 
-        value, replayed = self._commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
+        value, replayed = self._guard.commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
         return from_json(ForgetResult, {**value, "replayed": True} if replayed else value)

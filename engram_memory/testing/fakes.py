@@ -18,6 +18,7 @@ from engram_memory.admin import MemoryAdmin
 from engram_memory.clock import ManualClock
 from engram_memory.context import ALL_TOOLS, Confirmation, HostBinding
 from engram_memory.errors import ErrorCode
+from engram_memory.mutation_guard import operation_target
 from engram_memory.ports import (
     AdmissionDecision,
     AdmissionRequest,
@@ -31,7 +32,6 @@ from engram_memory.ports import (
 from engram_memory.service import MemoryService
 from engram_memory.stores.memory import InMemoryStore
 from engram_memory.wire.converter import ARGS_BY_TOOL, parse_args
-from engram_memory.write_path import operation_target
 
 __all__ = [
     "ADMISSION",

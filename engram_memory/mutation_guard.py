@@ -1,0 +1,257 @@
+"""The mutation guard: idempotency reservation, the confirmation gate and the unit of work.
+
+Every mutation goes through it (founding document §0 "mutation guard"; DESIGN D4, D8, D13):
+
+* **Idempotency.** Keys are scoped to (scope, principal) across the four mutating tools; the bound
+  intent is the digest of (tool, canonical arguments). Same key and intent: the original response;
+  same key, other intent: ``DIGEST_CONFLICT`` with nothing written. The binding commits in the same
+  unit of work as the mutation, so replays survive restarts.
+* **Confirmation gate.** Bound to tool, target and operation digest, approved within 300 s of its
+  request, used within 30 s of approval, and consumed (single use) in the mutation's unit of work.
+* **Unit of work.** Port errors become memory errors: busy → ``STORE_UNAVAILABLE`` (retriable), an
+  unknown commit outcome → ``MUTATION_OUTCOME_UNKNOWN``, corruption → its code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
+from typing import Any, Final, TypeVar
+
+from engram_memory.canonical import Domain, canonical_bytes, digest, format_instant
+from engram_memory.context import Confirmation, HostBinding
+from engram_memory.errors import (
+    EngramError,
+    ErrorCode,
+    ProtocolError,
+    StoreConflictError,
+    StoreCorruptError,
+    StoreOutcomeUnknownError,
+    StoreUnavailableError,
+)
+from engram_memory.ports import Clock, IdempotencyRow, KeyVault, Policy, Store, StoreReader, UnitOfWork
+from engram_memory.records import authorization_for
+from engram_memory.store_access import read_view
+from engram_memory.wire.args import CaptureArgs, ForgetArgs, RequestAdmissionArgs, WithdrawArgs
+from engram_memory.wire.converter import unstructure_args
+
+__all__ = [
+    "CONFIRMATION_MAX_AGE",
+    "CONFIRMATION_TTL",
+    "MUTATING_TOOLS",
+    "Mutation",
+    "MutationGuard",
+    "operation_target",
+]
+
+_log = logging.getLogger("engram_memory")
+_T = TypeVar("_T")
+
+CONFIRMATION_TTL: Final = timedelta(seconds=300)
+"""The longest allowed gap between a confirmation's request and its approval."""
+CONFIRMATION_MAX_AGE: Final = timedelta(seconds=30)
+"""A confirmed call must run within this long after approval."""
+_COMMIT_ATTEMPTS: Final = 3
+ALWAYS_GATED: Final = frozenset({"engram_memory_withdraw", "engram_memory_forget"})
+MUTATING_TOOLS: Final = frozenset({"engram_memory_capture", "engram_memory_request_admission", *ALWAYS_GATED})
+
+Mutation = CaptureArgs | RequestAdmissionArgs | WithdrawArgs | ForgetArgs
+
+
+def operation_target(args: Mutation) -> str:
+    """The target a confirmation names: the candidate, the record, or (capture) the key."""
+    if isinstance(args, RequestAdmissionArgs | WithdrawArgs):
+        return args.candidate_id
+    if isinstance(args, ForgetArgs):
+        return args.record_id
+    return args.idempotency_key
+
+
+class MutationGuard:
+    """Idempotency, confirmation and units of work for the write path."""
+
+    def __init__(self, *, store: Store, vault: KeyVault, policy: Policy, clock: Clock) -> None:
+        self._store = store
+        self._vault = vault
+        self._policy = policy
+        self._clock = clock
+
+    def operation_digest(self, tool: str, args: Mutation, binding: HostBinding) -> str:
+        """The digest a human confirms: tool, scope, principal, target and canonical arguments."""
+        return digest(
+            Domain.OPERATION,
+            {
+                "tool": tool,
+                "scope_ref": binding.scope,
+                "principal": binding.principal,
+                "target": operation_target(args),
+                "arguments": unstructure_args(args),
+            },
+        )
+
+    def intent(self, tool: str, args: Mutation) -> str:
+        """The idempotency intent: digest of (tool, canonical arguments), never time or receipts."""
+        return digest(Domain.IDEMPOTENCY_INTENT, {"tool": tool, "arguments": unstructure_args(args)})
+
+    def now(self, binding: HostBinding) -> datetime:
+        """The current instant, or ``DEADLINE_EXCEEDED`` when the binding's deadline has passed."""
+        now = self._clock.now()
+        if binding.deadline is not None and now >= binding.deadline:
+            raise EngramError(ErrorCode.DEADLINE_EXCEEDED)
+        return now
+
+    def replay(self, binding: HostBinding, tool: str, args: Mutation) -> dict[str, Any] | None:
+        """The original response for a replayed key, ``None`` for a fresh key.
+
+        Raises:
+            EngramError: ``DIGEST_CONFLICT`` when the key is bound to another intent.
+        """
+        with self.read(binding.scope) as reader:
+            row = reader.idempotency(binding.principal, args.idempotency_key)
+        return self.check_replay(row, self.intent(tool, args))
+
+    @staticmethod
+    def check_replay(row: IdempotencyRow | None, intent: str) -> dict[str, Any] | None:
+        """The stored response if ``row`` binds ``intent``; ``DIGEST_CONFLICT`` if it binds another."""
+        if row is None:
+            return None
+        if row.intent_digest != intent:
+            raise EngramError(ErrorCode.DIGEST_CONFLICT, detail="key bound to another intent")
+        value: dict[str, Any] = json.loads(row.response)
+        return value
+
+    def bound_confirmation(self, tool: str, args: Mutation, binding: HostBinding) -> Confirmation | None:
+        """The binding's confirmation when the tool needs one, checked against this operation.
+
+        Raises:
+            ProtocolError: -32603 when a required confirmation is missing.
+            EngramError: ``gate_failed`` when it names another tool, target or operation.
+        """
+        required = tool in ALWAYS_GATED or self._policy.requires_confirmation(tool, binding)
+        if not required:
+            return None
+        confirmation = binding.confirmation
+        if confirmation is None:
+            raise ProtocolError.untrusted_context("confirmation reference missing")
+        if (
+            confirmation.tool != tool
+            or confirmation.target != operation_target(args)
+            or confirmation.operation_digest != self.operation_digest(tool, args, binding)
+        ):
+            raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation does not match the call")
+        return confirmation
+
+    def replay_or_gate(
+        self, tool: str, args: Mutation, binding: HostBinding, now: datetime
+    ) -> tuple[dict[str, Any] | None, Confirmation | None]:
+        """Return ``(original response, None)`` for a replay, else ``(None, valid confirmation)``.
+
+        A replay of a gated operation still needs a confirmation bound to the same operation, but
+        not a fresh or unused one: it writes nothing, and a retry after an unknown outcome must be
+        able to reuse the approval the first attempt consumed.
+        """
+        replay = self.replay(binding, tool, args)
+        if replay is not None:
+            self.bound_confirmation(tool, args, binding)
+            return replay, None
+        return None, self.gate(tool, args, binding, now)
+
+    def gate(self, tool: str, args: Mutation, binding: HostBinding, now: datetime) -> Confirmation | None:
+        """A valid, unused confirmation for this call, or ``None`` when none is required.
+
+        Raises:
+            ProtocolError: -32603 when a required confirmation is missing.
+            EngramError: ``gate_failed`` for another operation, outside the time windows, or reused.
+        """
+        confirmation = self.bound_confirmation(tool, args, binding)
+        if confirmation is None:
+            return None
+        approval_wait = confirmation.approved_at - confirmation.requested_at
+        since_approval = now - confirmation.approved_at
+        if (
+            not timedelta(0) <= approval_wait <= CONFIRMATION_TTL
+            or not timedelta(0) <= since_approval <= CONFIRMATION_MAX_AGE
+        ):
+            raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation outside its time window")
+        with self.read(binding.scope) as reader:
+            if reader.confirmation_used(confirmation.id):
+                raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation already used")
+        return confirmation
+
+    def read(self, scope: str) -> AbstractContextManager[StoreReader]:
+        """A read view of ``scope`` with port errors mapped."""
+        return read_view(self._store, scope)
+
+    def commit(self, scope: str, work: Callable[[UnitOfWork], _T]) -> _T:
+        """Run ``work`` in one unit of work, re-running it after a lost race; map port errors."""
+        for attempt in range(_COMMIT_ATTEMPTS):
+            try:
+                with self._store.write(scope) as unit:
+                    return work(unit)
+            except StoreConflictError as exc:
+                if attempt == _COMMIT_ATTEMPTS - 1:
+                    raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=str(exc)) from exc
+            except StoreOutcomeUnknownError as exc:
+                raise EngramError(ErrorCode.MUTATION_OUTCOME_UNKNOWN, detail=str(exc)) from exc
+            except StoreUnavailableError as exc:
+                raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=str(exc)) from exc
+            except StoreCorruptError as exc:
+                raise EngramError(exc.code, detail=str(exc)) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def commit_mutation(
+        self,
+        binding: HostBinding,
+        key: str | None,
+        intent: str | None,
+        confirmation: Confirmation | None,
+        body: Callable[[UnitOfWork], dict[str, Any]],
+    ) -> tuple[dict[str, Any], bool]:
+        """Run ``body`` in one unit of work that also binds the key and consumes the confirmation.
+
+        Returns ``(value, replayed)``: if a concurrent writer bound the same key and intent first,
+        its response is returned with nothing written.
+        """
+
+        def work(unit: UnitOfWork) -> tuple[dict[str, Any], bool]:
+            if key is not None and intent is not None:
+                existing = self.check_replay(unit.idempotency(binding.principal, key), intent)
+                if existing is not None:
+                    return existing, True
+            value = body(unit)
+            if binding.deadline is not None and self._clock.now() >= binding.deadline:
+                raise EngramError(ErrorCode.DEADLINE_EXCEEDED, detail="deadline passed before commit")
+            self.consume(unit, confirmation)
+            if key is not None and intent is not None:
+                row = IdempotencyRow(intent_digest=intent, response=canonical_bytes(value))
+                unit.put_idempotency(binding.principal, key, row)
+            return value, False
+
+        return self.commit(binding.scope, work)
+
+    def consume(self, unit: UnitOfWork, confirmation: Confirmation | None) -> None:
+        """Consume a confirmation in the unit (``gate_failed`` if a racing call used it first)."""
+        if confirmation is None:
+            return
+        if unit.confirmation_used(confirmation.id):
+            raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation already used")
+        unit.consume_confirmation(confirmation.id)
+
+    def authorization(self, tool: str, binding: HostBinding, target: str, now: datetime) -> str:
+        """The authorization receipt digest of a call under this guard's policy."""
+        return authorization_for(
+            tool=tool, binding=binding, policy=self._policy, target=target, checked_at=format_instant(now)
+        )
+
+    def destroy_keys(self, scope: str, key_refs: list[str]) -> None:
+        """Destroy committed-doomed keys and clear them from the store (best effort, logged)."""
+        for key_ref in key_refs:
+            try:
+                self._vault.destroy(key_ref)
+                with self._store.write(scope) as unit:
+                    unit.clear_doomed_key(key_ref)
+            except Exception:  # noqa: BLE001 - a vault failure must not undo a committed mutation
+                _log.exception("key destruction deferred; MemoryAdmin.reap_keys will retry")
