@@ -1,0 +1,1079 @@
+#!/usr/bin/env python3
+"""engram_memory benchmarks: write path, read path, cost growth, memory, and the limits.
+
+Usage::
+
+    python benchmarks/run.py --quick              # 1k and 10k existing records, < 2 minutes
+    python benchmarks/run.py                      # 1k, 10k and 100k, < 20 minutes on 2 cores
+    python benchmarks/run.py --sizes 1000,50000   # any sizes
+    python benchmarks/run.py --output results.md --json results.json
+
+Prints Markdown tables (see ``docs/performance.md`` for the method and the latest figures).
+Uses only the standard library and the project's runtime dependencies (no pytest).
+
+Method, in short. Each measurement runs in its own subprocess, so peak RSS and caches are not
+polluted by earlier phases. For each size ``N`` the base corpus (``N`` documents of tenant 0 plus a
+small background in three other tenants) is preloaded through the store's units of work with
+:func:`engram_memory.testing.corpus.preload_admitted` (the rows capture + an accepting admission
+write, built with the library's own functions); the SQLite base file is built once per size and
+copied for each ``synchronous`` mode. Then every measured operation goes through the real
+``MemoryService.call_tool`` (the JSON contract, as an MCP host calls it) on top of that state.
+The limits (bare durable SQLite transactions with the row counts of our cycle, RFC 8785 + SHA-256
++ AES-GCM of the same payload, FTS5 ``bm25()`` over the same documents) are timed in the same
+process, interleaved one-for-one with our operations, so a neighbour slowing the disk or the CPU
+slows both. Three private handles are used, read-only or for the preload only: the vault's
+connection (one transaction around a preload batch's seals), the store's idle connections (a larger
+page cache while preloading; trace callbacks to count the rows a cycle writes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import platform
+import random
+import resource
+import secrets
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Self
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import attrs  # noqa: E402 - after the path fix-up, so the benchmark runs from a checkout
+import rfc8785  # noqa: E402
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: E402
+
+from engram_memory import Confirmation, DefaultPolicy, HostBinding, MemoryService, connect  # noqa: E402
+from engram_memory.ports import RankingQuery  # noqa: E402
+from engram_memory.ranking.tokenizer import field_texts  # noqa: E402
+from engram_memory.records import complete_payload  # noqa: E402
+
+CAPTURE = "engram_memory_capture"
+ADMISSION = "engram_memory_request_admission"
+WITHDRAW = "engram_memory_withdraw"
+FORGET = "engram_memory_forget"
+SEARCH = "engram_memory_search"
+GET = "engram_memory_get"
+
+MASTER_KEY = hashlib.sha256(b"engram-memory benchmark master key").digest()
+POLICY = DefaultPolicy(admission="accept")
+BACKGROUND_FRACTION = 0.02
+"""Each of the three other tenants holds this fraction of ``N`` (they share the SQLite file)."""
+FIELD_WEIGHTS = (3.0, 2.0, 1.5, 1.0, 0.5)
+TERM_COUNTS = (1, 3, 8)
+SELECTIVITIES = ("selective", "common")
+
+# operation counts per measurement process: (quick, full)
+COUNTS = {
+    "capture": (100, 200),
+    "admission": (50, 100),
+    "withdraw": (50, 100),
+    "cycle": (50, 100),
+    "forget": (50, 100),
+    "get": (150, 300),
+    "queries": (10, 30),
+    "walks": (3, 5),
+    "bare": (100, 200),
+}
+SEARCH_CLASS_BUDGET_S = (4.0, 15.0)
+"""Stop a search class early after this long (at least 3 samples are always taken)."""
+
+
+def _load_corpus() -> ModuleType:
+    """``engram_memory/testing/corpus.py`` without importing ``engram_memory.testing`` (pytest)."""
+    path = REPO / "engram_memory" / "testing" / "corpus.py"
+    spec = importlib.util.spec_from_file_location("engram_benchmark_corpus", path)
+    if spec is None or spec.loader is None:  # pragma: no cover
+        raise ImportError(path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+corpus_module = _load_corpus()
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (``q`` in 0..100) of a non-empty sample."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def summary(latencies: Sequence[float]) -> dict[str, float]:
+    """Operations/s (single caller), p50 and p99 in seconds, sample count."""
+    total = sum(latencies)
+    return {
+        "n": len(latencies),
+        "ops": len(latencies) / total if total > 0 else 0.0,
+        "p50": percentile(latencies, 50),
+        "p99": percentile(latencies, 99),
+    }
+
+
+def peak_rss_kib() -> int:
+    """Peak resident set size of this process, in KiB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak // 1024) if sys.platform == "darwin" else int(peak)
+
+
+# --------------------------------------------------------------------------- service helpers
+
+
+def binding_for(tenant: Any) -> HostBinding:
+    return HostBinding(
+        tenant_id=tenant.tenant_id,
+        workspace_id=tenant.workspace_id,
+        principal=tenant.principal,
+        agent_id="agent-benchmark",
+        session="session-benchmark",
+        purpose_ref=corpus_module.PURPOSE,
+    )
+
+
+def ok(envelope: dict[str, Any]) -> dict[str, Any]:
+    if envelope.get("ok") is not True:
+        raise RuntimeError(f"operation failed: {json.dumps(envelope)[:600]}")
+    value: dict[str, Any] = envelope["output"]["value"]
+    return value
+
+
+def confirmed(service: MemoryService, tool: str, args: dict[str, Any], binding: HostBinding) -> HostBinding:
+    """``binding`` with a valid confirmation of this exact call (built outside the timed region)."""
+    now = datetime.now(UTC)
+    target = args.get("candidate_id") or args["record_id"]
+    confirmation = Confirmation(
+        id="confirmation-" + uuid.uuid4().hex,
+        tool=tool,
+        target=target,
+        operation_digest=service.operation_digest(tool, args, binding),
+        requested_at=now - timedelta(seconds=5),
+        approved_at=now,
+    )
+    return attrs.evolve(binding, confirmation=confirmation)
+
+
+@contextlib.contextmanager
+def vault_transaction(vault: Any) -> Iterator[None]:
+    """One vault transaction around a preload batch's seals (a private handle; preload only).
+
+    ``SQLiteKeyVault`` commits every seal durably; preloading 100k records that way costs one fsync
+    per record, which measures nothing of interest. Any other vault is left alone.
+    """
+    conn = getattr(vault, "_conn", None)
+    if not isinstance(conn, sqlite3.Connection):
+        yield
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    done = False
+    try:
+        yield
+        done = True
+    finally:
+        conn.execute("COMMIT" if done else "ROLLBACK")
+
+
+def bulk_cache(store: Any, kib: int) -> None:
+    """A larger page cache on the store's idle connections (preload only; measured runs use defaults)."""
+    for conn in getattr(store, "_pool", []):
+        conn.execute(f"PRAGMA cache_size = -{int(kib)}")
+
+
+def preload(service: MemoryService, corpus: Any, size: int) -> tuple[list[str], dict[str, float]]:
+    """Load ``size`` documents into tenant 0 and the background tenants; return tenant 0's record ids."""
+    now = datetime.now(UTC)
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    ids = corpus_module.preload_admitted(
+        service.store,
+        service.vault,
+        binding_for(corpus.tenants[0]),
+        corpus.documents(0, size),
+        policy=POLICY,
+        now=now,
+        batch=2000,
+        vault_batch=lambda: vault_transaction(service.vault),
+    )
+    timings["main_s"] = time.perf_counter() - started
+    background = max(10, int(size * BACKGROUND_FRACTION))
+    started = time.perf_counter()
+    for tenant in corpus.tenants[1:]:
+        corpus_module.preload_admitted(
+            service.store,
+            service.vault,
+            binding_for(tenant),
+            corpus.documents(tenant.index, background),
+            policy=POLICY,
+            now=now,
+            batch=2000,
+            vault_batch=lambda: vault_transaction(service.vault),
+        )
+    timings["background_s"] = time.perf_counter() - started
+    timings["background_docs"] = background * (len(corpus.tenants) - 1)
+    return ids, timings
+
+
+def sqlite_url(path: Path) -> str:
+    return "sqlite:///" + str(path)
+
+
+def open_sqlite(path: Path, synchronous: str) -> MemoryService:
+    return connect(sqlite_url(path), policy=POLICY, synchronous=synchronous, master_key=MASTER_KEY)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- statement audit
+
+
+class StatementAudit:
+    """Counts what one operation does to SQLite: commits, changed rows, vault writes, checkpoints.
+
+    Hooks the trace callbacks of the store's pooled connections and the vault's connection
+    (private handles, read-only use; the benchmark needs them to count rows).
+    """
+
+    def __init__(self, service: MemoryService) -> None:
+        self.store_conns: list[sqlite3.Connection] = list(getattr(service.store, "_pool", []))
+        vault_conn = getattr(service.vault, "_conn", None)
+        self.vault_conns: list[sqlite3.Connection] = [vault_conn] if isinstance(vault_conn, sqlite3.Connection) else []
+        self.statements: list[tuple[str, str]] = []
+        self.result: dict[str, int] = {}
+
+    def __enter__(self) -> Self:
+        self._before = {
+            "store": sum(c.total_changes for c in self.store_conns),
+            "vault": sum(c.total_changes for c in self.vault_conns),
+        }
+        for label, conns in (("store", self.store_conns), ("vault", self.vault_conns)):
+            for conn in conns:
+                conn.set_trace_callback(self._tracer(label))
+        return self
+
+    def _tracer(self, label: str) -> Callable[[str], None]:
+        def trace(sql: str) -> None:
+            self.statements.append((label, sql))
+
+        return trace
+
+    def __exit__(self, *exc: object) -> None:
+        for conn in self.store_conns + self.vault_conns:
+            conn.set_trace_callback(None)
+        store_rows = sum(c.total_changes for c in self.store_conns) - self._before["store"]
+        vault_rows = sum(c.total_changes for c in self.vault_conns) - self._before["vault"]
+
+        def count(label: str, predicate: Callable[[str], bool]) -> int:
+            return sum(1 for who, sql in self.statements if who == label and predicate(sql.strip().upper()))
+
+        self.result = {
+            "store_rows": store_rows,
+            "store_commits": count("store", lambda s: s.startswith("COMMIT")),
+            "vault_rows": vault_rows,
+            "vault_commits": count("vault", lambda s: s.startswith(("INSERT", "DELETE", "UPDATE"))),
+            "vault_checkpoints": count("vault", lambda s: "WAL_CHECKPOINT" in s),
+        }
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def _count(name: str, quick: bool) -> int:
+    return COUNTS[name][0 if quick else 1]
+
+
+def measure_writes(  # noqa: C901, PLR0915 - the five operations in sequence
+    service: MemoryService,
+    corpus: Any,
+    binding: HostBinding,
+    ids: list[str],
+    gone: set[str],
+    *,
+    quick: bool,
+    bare: BareDurable | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """capture, request_admission, withdraw, capture+admit cycle, forget; plus one audited cycle.
+
+    The limits are timed interleaved with ours (one bare measurement after each of our operations),
+    so a disk or CPU slowed down by a neighbour affects both alike.
+    """
+    results: dict[str, Any] = {}
+    scope = binding.scope
+    position = len(ids)  # new documents of tenant 0 follow the preloaded ones
+
+    def next_args() -> dict[str, Any]:
+        nonlocal position
+        args: dict[str, Any] = corpus.capture_arguments(0, position)
+        position += 1
+        return args
+
+    def admit(candidate_id: str, key: str) -> dict[str, Any]:
+        args = {"candidate_id": candidate_id, "idempotency_key": corpus_module.admission_key(key)}
+        return service.call_tool(ADMISSION, args, binding)
+
+    # warm-up and audit: one cycle, capture and admission counted separately
+    args = next_args()
+    with StatementAudit(service) as capture_audit:
+        value = ok(service.call_tool(CAPTURE, args, binding))
+    with StatementAudit(service) as admit_audit:
+        ok(admit(value["candidate_id"], args["idempotency_key"]))
+    audit = {"capture": capture_audit.result, "admission": admit_audit.result}
+
+    latencies: list[float] = []
+    limit: list[float] = []
+    sizes: list[int] = []
+    pending: list[tuple[str, str]] = []
+    for _ in range(_count("capture", quick)):
+        args = next_args()
+        started = time.perf_counter()
+        envelope = service.call_tool(CAPTURE, args, binding)
+        latencies.append(time.perf_counter() - started)
+        pending.append((ok(envelope)["candidate_id"], args["idempotency_key"]))
+        completed = complete_payload(args["payload"], scope)
+        limit.append(bare_crypto(completed, scope))
+        sizes.append(len(rfc8785.dumps(completed)))
+    results["capture"] = summary(latencies)
+    results["limit_crypto_canonical"] = {**summary(limit), "payload_bytes": percentile(sizes, 50)}
+
+    latencies = []
+    for candidate_id, key in pending[: _count("admission", quick)]:
+        started = time.perf_counter()
+        envelope = admit(candidate_id, key)
+        latencies.append(time.perf_counter() - started)
+        if ok(envelope)["outcome"]["status"] != "accepted":
+            raise RuntimeError("admission did not accept")
+    results["request_admission"] = summary(latencies)
+
+    latencies = []
+    for candidate_id, key in pending[_count("admission", quick) :][: _count("withdraw", quick)]:
+        withdraw_args = {
+            "candidate_id": candidate_id,
+            "idempotency_key": key + ":withdraw",
+            "reason_ref": "reason:bench",
+        }
+        bound = confirmed(service, WITHDRAW, withdraw_args, binding)
+        started = time.perf_counter()
+        envelope = service.call_tool(WITHDRAW, withdraw_args, bound)
+        latencies.append(time.perf_counter() - started)
+        ok(envelope)
+    results["withdraw"] = summary(latencies)
+
+    latencies = []
+    limit = []
+    one_row: list[float] = []
+    split = (
+        audit["capture"]["store_rows"] + audit["capture"]["vault_rows"],
+        audit["admission"]["store_rows"] + audit["admission"]["vault_rows"],
+    )
+    for _ in range(_count("cycle", quick)):
+        args = next_args()
+        started = time.perf_counter()
+        value = ok(service.call_tool(CAPTURE, args, binding))
+        ok(admit(value["candidate_id"], args["idempotency_key"]))
+        latencies.append(time.perf_counter() - started)
+        if bare is not None:
+            limit.append(bare.transaction(split[0]) + bare.transaction(split[1]))
+            one_row.append(bare.transaction(1))
+    results["capture_admit_cycle"] = summary(latencies)
+    if limit:
+        results["limit_durable_cycle"] = {**summary(limit), "rows": list(split)}
+        results["limit_one_row_commit"] = summary(one_row)
+
+    latencies = []
+    rng = random.Random(f"forget/{len(ids)}")
+    forgotten = rng.sample(ids, min(_count("forget", quick), len(ids) // 2))
+    for index, record_id in enumerate(forgotten):
+        forget_args = {
+            "record_id": record_id,
+            "idempotency_key": f"bench-forget-{index:06d}",
+            "reason_ref": "reason:bench",
+        }
+        bound = confirmed(service, FORGET, forget_args, binding)
+        started = time.perf_counter()
+        envelope = service.call_tool(FORGET, forget_args, bound)
+        latencies.append(time.perf_counter() - started)
+        ok(envelope)
+    results["forget"] = summary(latencies)
+    gone.update(forgotten)
+    return results, audit
+
+
+def readable_sample(corpus: Any, ids: list[str], gone: set[str], count: int) -> list[str]:
+    """Random preloaded records that ``get`` can read now: not forgotten, valid-time interval still open."""
+    rng = random.Random(f"get/{len(ids)}")
+    sample: list[str] = []
+    while len(sample) < count:
+        index = rng.randrange(len(ids))
+        if ids[index] in gone or "t_end" in corpus.capture_arguments(0, index)["payload"]["valid_time"]:
+            continue
+        sample.append(ids[index])
+    return sample
+
+
+def measure_reads(  # noqa: C901 - one loop per kind of read
+    service: MemoryService,
+    corpus: Any,
+    binding: HostBinding,
+    ids: list[str],
+    gone: set[str],
+    *,
+    quick: bool,
+    fts: sqlite3.Connection | None,
+) -> dict[str, Any]:
+    """get, search per class (terms x selectivity), and a 100-result page walk.
+
+    With ``fts``, each of our searches is followed by the same query on the bare FTS5 table.
+    """
+    results: dict[str, Any] = {}
+    latencies: list[float] = []
+    sample = readable_sample(corpus, ids, gone, _count("get", quick))
+    ok(service.call_tool(GET, {"record_id": sample[0], "purpose_ref": corpus_module.PURPOSE}, binding))
+    for record_id in sample:
+        args = {"record_id": record_id, "purpose_ref": corpus_module.PURPOSE}
+        started = time.perf_counter()
+        envelope = service.call_tool(GET, args, binding)
+        latencies.append(time.perf_counter() - started)
+        ok(envelope)
+    results["get"] = summary(latencies)
+
+    budget = SEARCH_CLASS_BUDGET_S[0 if quick else 1]
+    for selectivity in SELECTIVITIES:
+        for terms in TERM_COUNTS:
+            queries = corpus.queries(_count("queries", quick), terms, selectivity)
+            ok(
+                service.call_tool(
+                    SEARCH, {"query": " ".join(queries[-1]), "purpose_ref": corpus_module.PURPOSE}, binding
+                )
+            )
+            latencies = []
+            limit: list[float] = []
+            ranking: list[float] = []
+            hits: list[int] = []
+            class_started = time.perf_counter()
+            for query in queries:
+                args = {"query": " ".join(query), "purpose_ref": corpus_module.PURPOSE}
+                started = time.perf_counter()
+                envelope = service.call_tool(SEARCH, args, binding)
+                latencies.append(time.perf_counter() - started)
+                hits.append(ok(envelope)["rank_receipt"]["candidate_count"])
+                if fts is not None:
+                    limit.append(fts5_search(fts, query))
+                ranking.append(rank_only(service, binding, query))
+                if len(latencies) >= 3 and time.perf_counter() - class_started > budget:
+                    break
+            results[f"search_{terms}_{selectivity}"] = {**summary(latencies), "hits": percentile(hits, 50)}
+            if limit:
+                results[f"limit_fts5_{terms}_{selectivity}"] = summary(limit)
+            results[f"rank_{terms}_{selectivity}"] = summary(ranking)
+
+    latencies = []
+    for query in corpus.queries(_count("walks", quick), 3, "common"):
+        page: dict[str, Any] = {"query": " ".join(query), "purpose_ref": corpus_module.PURPOSE, "limit": 10}
+        seen = 0
+        started = time.perf_counter()
+        while seen < 100:
+            value = ok(service.call_tool(SEARCH, page, binding))
+            seen += len(value["records"])
+            if value.get("next_page_cursor") is None:
+                break
+            page = {**page, "page_cursor": value["next_page_cursor"]}
+        latencies.append(time.perf_counter() - started)
+        if seen < 100:
+            log(f"page walk found only {seen} results")
+    results["page_walk_100"] = summary(latencies)
+    return results
+
+
+def worker_load(params: dict[str, Any]) -> dict[str, Any]:
+    """Build the SQLite base file of one size; report load time and peak RSS."""
+    corpus = corpus_module.SyntheticCorpus()
+    path = Path(params["path"])
+    service = open_sqlite(path, "NORMAL")
+    bulk_cache(service.store, 1_000_000)
+    started = time.perf_counter()
+    ids, timings = preload(service, corpus, params["size"])
+    service.close()
+    elapsed = time.perf_counter() - started
+    Path(params["ids"]).write_text(json.dumps(ids))
+    on_disk = sum(f.stat().st_size for f in path.parent.iterdir() if f.name.startswith(path.name))
+    return {"load_s": elapsed, **timings, "rss_kib": peak_rss_kib(), "file_bytes": on_disk}
+
+
+def worker_measure(params: dict[str, Any]) -> dict[str, Any]:
+    """Writes then reads through the service, on one backend at one size."""
+    corpus = corpus_module.SyntheticCorpus()
+    quick = bool(params["quick"])
+    size = int(params["size"])
+    out: dict[str, Any] = {}
+    bare: BareDurable | None = None
+    fts: sqlite3.Connection | None = None
+    if params["backend"] == "memory":
+        service = connect("memory:", policy=POLICY)
+        ids, timings = preload(service, corpus, size)
+        out["load"] = {**timings, "rss_kib": peak_rss_kib()}
+    else:
+        path = Path(params["path"])
+        service = open_sqlite(path, params["synchronous"])
+        ids = json.loads(Path(params["ids"]).read_text())
+        bare = BareDurable(path.parent / "bare.db", params["synchronous"])
+        if params.get("fts"):
+            fts, out["fts5_build_s"] = build_fts5(path.parent / "fts5.db", corpus, size)
+    binding = binding_for(corpus.tenants[0])
+    try:
+        gone: set[str] = set()
+        writes, audit = measure_writes(service, corpus, binding, ids, gone, quick=quick, bare=bare)
+        out["writes"] = writes
+        out["audit"] = audit
+        out["reads"] = measure_reads(service, corpus, binding, ids, gone, quick=quick, fts=fts)
+    finally:
+        service.close()
+        if bare is not None:
+            bare.close()
+        if fts is not None:
+            fts.close()
+    out["rss_kib"] = peak_rss_kib()
+    return out
+
+
+def worker_search_rss(params: dict[str, Any]) -> dict[str, Any]:
+    """Peak RSS of a process that opens the base file and (unless ``idle``) runs searches and gets."""
+    corpus = corpus_module.SyntheticCorpus()
+    service = open_sqlite(Path(params["path"]), "FULL")
+    binding = binding_for(corpus.tenants[0])
+    searches = 0
+    if not params.get("idle"):
+        for selectivity in SELECTIVITIES:
+            for terms in TERM_COUNTS:
+                for query in corpus.queries(3, terms, selectivity):
+                    ok(
+                        service.call_tool(
+                            SEARCH, {"query": " ".join(query), "purpose_ref": corpus_module.PURPOSE}, binding
+                        )
+                    )
+                    searches += 1
+    service.close()
+    return {"rss_kib": peak_rss_kib(), "searches": searches}
+
+
+class BareDurable:
+    """The limit for durable writes: bare SQLite transactions in a file beside the store's.
+
+    Same journal mode (WAL) and ``synchronous`` as the store; one ``WITHOUT ROWID`` table keyed by
+    random 16-byte keys (like the postings), prefilled with 200k rows so the B-tree has depth.
+    """
+
+    def __init__(self, path: Path, synchronous: str) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute(f"PRAGMA synchronous = {synchronous}")
+        self.conn.execute("CREATE TABLE IF NOT EXISTS t (k BLOB PRIMARY KEY, v BLOB NOT NULL) STRICT, WITHOUT ROWID")
+        self.conn.execute("BEGIN")
+        self.conn.executemany(
+            "INSERT INTO t VALUES (?, ?)", ((secrets.token_bytes(16), b"\x5a" * 96) for _ in range(200_000))
+        )
+        self.conn.execute("COMMIT")
+
+    def transaction(self, rows: int) -> float:
+        """One transaction inserting ``rows`` rows; its duration."""
+        values = [(secrets.token_bytes(16), b"\x5a" * 96) for _ in range(rows)]
+        started = time.perf_counter()
+        self.conn.execute("BEGIN IMMEDIATE")
+        self.conn.executemany("INSERT INTO t (k, v) VALUES (?, ?)", values)
+        self.conn.execute("COMMIT")
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def bare_crypto(payload: dict[str, Any], scope: str) -> float:
+    """The CPU limit of a capture: RFC 8785 once, SHA-256 once, one AES-256-GCM seal under a fresh key."""
+    started = time.perf_counter()
+    canonical = rfc8785.dumps(payload)
+    hashlib.sha256(b"graphify-memory/payload/v2\0" + canonical).hexdigest()
+    AESGCM(AESGCM.generate_key(bit_length=256)).encrypt(secrets.token_bytes(12), canonical, scope.encode())
+    return time.perf_counter() - started
+
+
+def build_fts5(path: Path, corpus: Any, size: int) -> tuple[sqlite3.Connection, float]:
+    """An FTS5 table with the same five fields' text of the same ``size`` documents; its build time."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE VIRTUAL TABLE fts USING fts5(f_primary, f_decision, f_evidence, f_context, f_citations)")
+    started = time.perf_counter()
+    conn.execute("BEGIN")
+    batch: list[tuple[str, ...]] = []
+    for args in corpus.documents(0, size):
+        texts = field_texts(complete_payload(args["payload"], "scope"))
+        batch.append(tuple(texts.values()))
+        if len(batch) >= 5000:
+            conn.executemany("INSERT INTO fts VALUES (?, ?, ?, ?, ?)", batch)
+            batch = []
+    conn.executemany("INSERT INTO fts VALUES (?, ?, ?, ?, ?)", batch)
+    conn.execute("COMMIT")
+    return conn, time.perf_counter() - started
+
+
+FTS5_QUERY = (
+    "SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY bm25(fts, "  # noqa: S608 - constants only
+    + ", ".join(str(w) for w in FIELD_WEIGHTS)
+    + ") LIMIT 10"
+)
+
+
+def rank_only(service: MemoryService, binding: HostBinding, terms: Sequence[str]) -> float:
+    """The ranking alone (``service.ranker.rank`` on a read view): the part comparable with FTS5."""
+    now_ms = time.time_ns() // 1_000_000
+    query = RankingQuery(terms=tuple(service.ranker.tokenize(" ".join(terms))), valid_as_of=now_ms, now_ms=now_ms)
+    with service.store.read(binding.scope) as reader:
+        started = time.perf_counter()
+        service.ranker.rank(reader, query)
+        return time.perf_counter() - started
+
+
+def fts5_search(conn: sqlite3.Connection, terms: Sequence[str]) -> float:
+    """A bare FTS5 ``bm25()`` top-10 query (any of the terms, field weights as ours); its duration."""
+    match = " OR ".join(f'"{term}"' for term in terms)
+    started = time.perf_counter()
+    conn.execute(FTS5_QUERY, (match,)).fetchall()
+    return time.perf_counter() - started
+
+
+WORKERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "load": worker_load,
+    "measure": worker_measure,
+    "search_rss": worker_search_rss,
+}
+
+
+def run_worker(kind: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter; its last stdout line is the JSON result."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--params", json.dumps(params)]
+    proc = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)  # noqa: S603
+    if proc.returncode != 0:
+        raise SystemExit(f"worker {kind} failed with exit code {proc.returncode}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+# --------------------------------------------------------------------------- report
+
+
+def machine() -> dict[str, str]:
+    model = platform.processor() or "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpus": str(os.cpu_count()),
+        "cpu": model,
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+    }
+
+
+def fmt_ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    ms = seconds * 1000
+    if ms >= 100:
+        return f"{ms:.0f}"
+    if ms >= 10:
+        return f"{ms:.1f}"
+    return f"{ms:.2f}"
+
+
+def fmt_ops(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:,.0f}" if value >= 10 else f"{value:.1f}"
+
+
+def fmt_size(size: int) -> str:
+    return f"{size // 1000}k" if size % 1000 == 0 else str(size)
+
+
+def fmt_ratio(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}×"
+
+
+BACKEND_LABELS = {"memory": "in-memory", "sqlite-FULL": "SQLite FULL", "sqlite-NORMAL": "SQLite NORMAL"}
+WRITE_OPS = ("capture", "request_admission", "capture_admit_cycle", "withdraw", "forget")
+READ_OPS = (
+    *(f"search_{t}_{s}" for s in SELECTIVITIES for t in TERM_COUNTS),
+    "get",
+    "page_walk_100",
+)
+
+
+def op_label(op: str) -> str:
+    if op.startswith("search_"):
+        _, terms, selectivity = op.split("_")
+        return f"search {terms}-term {selectivity}"
+    return {
+        "capture_admit_cycle": "capture+admit cycle",
+        "request_admission": "request_admission (accept)",
+        "page_walk_100": "page walk, 100 results",
+    }.get(op, op)
+
+
+def figure(results: dict[str, Any], backend: str, size: int, section: str, op: str) -> dict[str, Any] | None:
+    entry = results["measure"].get(backend, {}).get(str(size))
+    if entry is None:
+        return None
+    value: dict[str, Any] | None = entry[section].get(op)
+    return value
+
+
+def table(results: dict[str, Any], section: str, ops: Sequence[str]) -> list[str]:
+    sizes = results["sizes"]
+    head = "| backend | operation | " + " | ".join(f"{fmt_size(s)}: ops/s · p50 · p99 (ms)" for s in sizes) + " |"
+    lines = [head, "|" + " --- |" * (2 + len(sizes))]
+    for backend in results["backends"]:
+        for op in ops:
+            cells = []
+            for size in sizes:
+                value = figure(results, backend, size, section, op)
+                if value is None:
+                    cells.append("–")
+                    continue
+                cell = f"{fmt_ops(value['ops'])} · {fmt_ms(value['p50'])} · {fmt_ms(value['p99'])}"
+                if "hits" in value:
+                    cell += f" ({value['hits']:.0f} hits)"
+                cells.append(cell)
+            lines.append(f"| {BACKEND_LABELS[backend]} | {op_label(op)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def growth(results: dict[str, Any]) -> tuple[list[str], list[tuple[str, bool | None, str]]]:
+    sizes = results["sizes"]
+    small, large = sizes[0], sizes[-1]
+    factor = large / small
+    lines = [
+        f"| backend | operation | p50 {fmt_size(small)} (ms) | p50 {fmt_size(large)} (ms) | ratio | goal |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    verdicts: list[tuple[str, bool | None, str]] = []
+    for backend in results["backends"]:
+        for section, ops in (("writes", WRITE_OPS), ("reads", READ_OPS)):
+            for op in ops:
+                a = figure(results, backend, small, section, op)
+                b = figure(results, backend, large, section, op)
+                if a is None or b is None:
+                    continue
+                ratio = b["p50"] / a["p50"]
+                if section == "writes":
+                    goal, met = "≤ 1.25× (flat)", ratio <= 1.25
+                    verdicts.append((f"{BACKEND_LABELS[backend]} {op_label(op)}", met, f"{ratio:.2f}×"))
+                elif op == "get":
+                    goal, met = "flat", None
+                else:
+                    goal, met = f"sub-linear (< {factor:.0f}×)", ratio < factor
+                lines.append(
+                    f"| {BACKEND_LABELS[backend]} | {op_label(op)} | {fmt_ms(a['p50'])} | {fmt_ms(b['p50'])} "
+                    f"| {ratio:.2f}× | {goal}{'' if met is None else (' ✓' if met else ' ✗')} |"
+                )
+    return lines, verdicts
+
+
+def render(results: dict[str, Any]) -> str:  # noqa: C901, PLR0912, PLR0915 - one report, top to bottom
+    info = results["machine"]
+    sizes = results["sizes"]
+    large = sizes[-1]
+    out = [
+        f"# engram_memory benchmark ({'quick' if results['quick'] else 'full'} run, sizes "
+        + ", ".join(fmt_size(s) for s in sizes)
+        + ")",
+        "",
+        (
+            f"Machine: {info['cpus']} CPUs, {info['cpu']}; Python {info['python']}; SQLite {info['sqlite']}; "
+            f"{info['platform']}. Run took {results['elapsed_s']:.0f} s."
+        ),
+        "",
+        (
+            "Single caller, `MemoryService.call_tool` (JSON contract). ops/s = 1 / mean latency. "
+            "Sizes = records already admitted in the measured scope (plus 3 background tenants at "
+            f"{BACKGROUND_FRACTION:.0%} of N each)."
+        ),
+        "",
+        "## Write path",
+        "",
+        *table(results, "writes", WRITE_OPS),
+        "",
+        "## Read path",
+        "",
+        *table(results, "reads", READ_OPS),
+        "",
+        f"## Cost growth ({fmt_size(sizes[-1])} vs {fmt_size(sizes[0])})",
+        "",
+    ]
+    targets: list[tuple[str, bool | None, str]] = []
+    if len(sizes) > 1:
+        lines, verdicts = growth(results)
+        out += lines
+        writes_met = all(met for _, met, _ in verdicts) if verdicts else None
+        worst = max(verdicts, key=lambda v: float(v[2].rstrip("×"))) if verdicts else None
+        targets.append(
+            (
+                f"writes at {fmt_size(large)} ≤ 1.25× their cost at {fmt_size(sizes[0])}",
+                writes_met,
+                f"worst: {worst[0]} {worst[2]}" if worst else "–",
+            )
+        )
+    else:
+        out.append("(one size only)")
+    out += ["", f"## Memory (SQLite, {fmt_size(large)} records)", ""]
+    memory = results.get("memory", {})
+    out += ["| process | peak RSS (MiB) |", "| --- | --- |"]
+    for label, key in (
+        ("open the store, no query (floor)", "idle"),
+        (f"load {fmt_size(large)} records (preload)", "load"),
+        ("open + 18 searches", "search"),
+    ):
+        if key in memory:
+            out.append(f"| {label} | {memory[key] / 1024:.0f} |")
+    mem = figure(results, "memory", large, "writes", "capture")
+    if mem is not None:
+        rss = results["measure"]["memory"][str(large)]["rss_kib"]
+        out.append(f"| in-memory backend, {fmt_size(large)} records + measurements | {rss / 1024:.0f} |")
+    load = results.get("load", {}).get(str(large))
+    if load:
+        out += [
+            "",
+            (
+                f"Preload of the SQLite base file: {load['load_s']:.0f} s for {large:,} + "
+                f"{load['background_docs']:,.0f} documents ({load['file_bytes'] / 2**20:.0f} MiB on disk)."
+            ),
+        ]
+
+    out += ["", "## The limit (same run, same corpus, timed interleaved with ours)", ""]
+    out += [
+        "| figure (p50) | limit | "
+        + " | ".join(f"{fmt_size(s)}: ours · limit (ms) · ratio" for s in sizes)
+        + " | target |",
+        "|" + " --- |" * (3 + len(sizes)),
+    ]
+
+    def limit_row(
+        label: str, what: str, backend: str, *, section: str, op: str, key: str, target: float | None
+    ) -> None:
+        cells = []
+        ratio = None
+        for size in sizes:
+            ours = figure(results, backend, size, section, op)
+            bare = figure(results, backend, size, section, key)
+            if ours is None or bare is None:
+                cells.append("–")
+                continue
+            ratio = ours["p50"] / bare["p50"]
+            cells.append(f"{fmt_ms(ours['p50'])} · {fmt_ms(bare['p50'])} · {ratio:.2f}×")
+        goal = ""
+        if target is not None and ratio is not None:
+            met = ratio <= target
+            goal = f"≤ {target:g}× " + ("✓" if met else "✗")
+            targets.append((f"{label} ≤ {target:g}× {what} ({fmt_size(large)})", met, f"{ratio:.2f}×"))
+        out.append(f"| {label} | {what} | " + " | ".join(cells) + f" | {goal} |")
+
+    for mode in ("FULL", "NORMAL"):
+        limit_row(
+            f"capture+admit cycle, SQLite {mode}",
+            "2 bare durable txns, same rows",
+            f"sqlite-{mode}",
+            section="writes",
+            op="capture_admit_cycle",
+            key="limit_durable_cycle",
+            target=2.5 if mode == "FULL" else None,
+        )
+    limit_row(
+        "capture, in-memory",
+        "RFC 8785 + SHA-256 + AES-GCM seal of the payload",
+        "memory",
+        section="writes",
+        op="capture",
+        key="limit_crypto_canonical",
+        target=None,
+    )
+    fts_backend = "sqlite-FULL" if "sqlite-FULL" in results["backends"] else "sqlite-NORMAL"
+    for selectivity in SELECTIVITIES:
+        for terms in TERM_COUNTS:
+            limit_row(
+                f"search {terms}-term {selectivity}, SQLite",
+                "FTS5 bm25() top-10",
+                fts_backend,
+                section="reads",
+                op=f"search_{terms}_{selectivity}",
+                key=f"limit_fts5_{terms}_{selectivity}",
+                target=3.0 if terms == 3 else None,
+            )
+    for selectivity in SELECTIVITIES:
+        for terms in TERM_COUNTS:
+            limit_row(
+                f"ranking only ({terms}-term {selectivity}), SQLite",
+                "FTS5 bm25() top-10",
+                fts_backend,
+                section="reads",
+                op=f"rank_{terms}_{selectivity}",
+                key=f"limit_fts5_{terms}_{selectivity}",
+                target=None,
+            )
+    entry = results["measure"].get("sqlite-FULL", {}).get(str(large), {})
+    commit = entry.get("writes", {}).get("limit_one_row_commit")
+    normal = results["measure"].get("sqlite-NORMAL", {}).get(str(large), {}).get("writes", {})
+    if commit:
+        text = f"One-row durable commit (building block), p50: FULL {fmt_ms(commit['p50'])} ms"
+        if "limit_one_row_commit" in normal:
+            text += f", NORMAL {fmt_ms(normal['limit_one_row_commit']['p50'])} ms"
+        out += ["", text + "."]
+    crypto = figure(results, "memory", large, "writes", "limit_crypto_canonical")
+    if crypto:
+        out.append(f"Median canonical payload: {crypto['payload_bytes']:.0f} bytes.")
+    audit = entry.get("audit")
+    if audit:
+        cap, adm = audit["capture"], audit["admission"]
+        out.append(
+            f"What one capture+admit cycle writes (SQLite, counted with trace callbacks): capture "
+            f"{cap['store_rows']} store rows in {cap['store_commits']} store commit(s) + {cap['vault_rows']} vault "
+            f"row(s) in {cap['vault_commits']} vault commit(s); admission {adm['store_rows']} store rows in "
+            f"{adm['store_commits']} store commit(s) + {adm['vault_rows']} vault rows in {adm['vault_commits']} "
+            f"vault commit(s) and {adm['vault_checkpoints']} WAL checkpoint(s). The bare limit writes the same "
+            f"{cap['store_rows'] + cap['vault_rows']} + {adm['store_rows'] + adm['vault_rows']} rows in 2 "
+            "transactions (the minimum: capture and admission must each be durable when they return)."
+        )
+    if entry.get("fts5_build_s") is not None:
+        out.append(f"FTS5 index build over the same {large:,} documents: {entry['fts5_build_s']:.1f} s.")
+
+    get = figure(results, "sqlite-FULL", large, "reads", "get")
+    if get:
+        targets.append(("get p50 under 1 ms on SQLite", get["p50"] < 0.001, f"{fmt_ms(get['p50'])} ms"))
+    out += ["", "## Targets", "", "| target | met | figure |", "| --- | --- | --- |"]
+    for label, met, detail in targets:
+        out.append(f"| {label} | {'–' if met is None else ('yes' if met else 'no')} | {detail} |")
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0915 - the whole run, in order
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="sizes 1k and 10k, fewer samples (< 2 minutes)")
+    parser.add_argument("--sizes", help="comma-separated record counts (default 1000,10000,100000)")
+    parser.add_argument("--backends", default="memory,sqlite-FULL,sqlite-NORMAL", help="subset to run")
+    parser.add_argument("--output", help="also write the Markdown report to this file")
+    parser.add_argument("--json", help="also write the raw figures to this file")
+    parser.add_argument("--workdir", help="where the databases go (default: a temporary directory)")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--reuse", action="store_true", help="reuse SQLite base files already in --workdir (investigations)"
+    )
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--params", help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+    if options.worker:
+        result = WORKERS[options.worker](json.loads(options.params))
+        print(json.dumps(result))
+        return 0
+
+    started = time.perf_counter()
+    default = "1000,10000" if options.quick else "1000,10000,100000"
+    sizes = sorted({int(s.replace("_", "")) for s in (options.sizes or default).split(",")})
+    backends = [b for b in options.backends.split(",") if b]
+    for backend in backends:
+        if backend not in BACKEND_LABELS:
+            parser.error(f"unknown backend {backend!r}")
+    workdir = Path(options.workdir or tempfile.mkdtemp(prefix="engram-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "quick": options.quick,
+        "sizes": sizes,
+        "backends": backends,
+        "machine": machine(),
+        "measure": {b: {} for b in backends},
+        "load": {},
+        "memory": {},
+    }
+    try:
+        for size in sizes:
+            base_dir = workdir / f"n{size}"
+            base_dir.mkdir(exist_ok=True)
+            base = base_dir / "base.db"
+            ids = base_dir / "ids.json"
+            sqlite_backends = [b for b in backends if b.startswith("sqlite-")]
+            reuse = options.reuse and base.exists() and ids.exists() and (base_dir / "load.json").exists()
+            if sqlite_backends and reuse:
+                log(f"N={size}: reusing the SQLite base file")
+                results["load"][str(size)] = json.loads((base_dir / "load.json").read_text())
+            elif sqlite_backends:
+                log(f"N={size}: building the SQLite base file")
+                results["load"][str(size)] = run_worker("load", {"size": size, "path": str(base), "ids": str(ids)})
+                (base_dir / "load.json").write_text(json.dumps(results["load"][str(size)]))
+                os.sync()
+            for backend in backends:
+                log(f"N={size}: measuring {backend}")
+                params: dict[str, Any] = {"size": size, "quick": options.quick, "backend": backend.split("-")[0]}
+                if backend.startswith("sqlite-"):
+                    mode = backend.split("-")[1]
+                    copy_dir = workdir / f"n{size}-{mode}"
+                    shutil.rmtree(copy_dir, ignore_errors=True)
+                    shutil.copytree(base_dir, copy_dir)
+                    os.sync()  # no writeback of the copy under the measured fsyncs
+                    params |= {
+                        "path": str(copy_dir / "base.db"),
+                        "ids": str(copy_dir / "ids.json"),
+                        "synchronous": mode,
+                        "fts": mode == "FULL" or "sqlite-FULL" not in backends,
+                    }
+                results["measure"][backend][str(size)] = run_worker("measure", params)
+                if backend.startswith("sqlite-"):
+                    shutil.rmtree(workdir / f"n{size}-{backend.split('-')[1]}", ignore_errors=True)
+            if size == sizes[-1] and sqlite_backends:
+                log(f"N={size}: peak RSS of a searching process")
+                results["memory"]["idle"] = run_worker("search_rss", {"path": str(base), "idle": True})["rss_kib"]
+                results["memory"]["search"] = run_worker("search_rss", {"path": str(base)})["rss_kib"]
+                results["memory"]["load"] = results["load"][str(size)]["rss_kib"]
+            if size != sizes[-1] and not options.keep:
+                shutil.rmtree(base_dir, ignore_errors=True)
+    finally:
+        if not options.keep and not options.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    results["elapsed_s"] = time.perf_counter() - started
+    report = render(results)
+    print(report)
+    if options.output:
+        Path(options.output).write_text(report)
+    if options.json:
+        Path(options.json).write_text(json.dumps(results, indent=1))
+    log(f"done in {results['elapsed_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
