@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import enum
 import hashlib
+import json
 import re
 import unicodedata
 from datetime import UTC, datetime, timedelta
@@ -153,16 +154,56 @@ def _normalise(value: Any) -> Any:  # noqa: C901 - one branch per JSON type
     return value
 
 
+_PLAIN_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False)
+_PLAIN_FLOAT_RANGE: Final = (1e-4, 1e16)
+
+
+def _is_plain(value: Any) -> bool:  # noqa: PLR0911 - one answer per JSON type
+    """Whether ``json`` writes ``value`` exactly as RFC 8785 would (so the fast path is exact).
+
+    Plain: ``None``, booleans, safe integers, non-integral floats whose shortest form has no
+    exponent in both languages (1e-4 ≤ |x| < 1e16), NFC strings without lone surrogates, lists of
+    plain values, and objects with ASCII keys (ASCII sorts the same by code point and by UTF-16
+    code unit) and plain values.
+    """
+    if value is None or value is True or value is False:
+        return True
+    kind = type(value)
+    if kind is str:
+        return value.isascii() or (_encodable(value) and unicodedata.is_normalized("NFC", value))
+    if kind is int:
+        return bool(-MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER)
+    if kind is float:
+        low, high = _PLAIN_FLOAT_RANGE
+        return not value.is_integer() and low <= abs(value) < high
+    if kind is list or kind is tuple:
+        return all(_is_plain(item) for item in value)
+    if kind is dict:
+        return all(type(key) is str and key.isascii() and _is_plain(item) for key, item in value.items())
+    return False
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def canonical_bytes(value: Any) -> bytes:
     """Return the RFC 8785 bytes of ``value`` after NFC normalisation.
 
     Integral floats serialise as integers (``1.0`` → ``1``), object keys sort by UTF-16 code
-    units, and strings and keys are NFC-normalised first.
+    units, and strings and keys are NFC-normalised first. Values that the standard ``json``
+    encoder already writes in canonical form take a fast path with identical output.
 
     Raises:
         CanonicalError: a lone surrogate, a duplicate key after NFC, ``-0``, NaN or infinity, or
             an integer outside ±(2**53 − 1).
     """
+    if _is_plain(value):
+        return _PLAIN_ENCODER.encode(value).encode("utf-8")
     try:
         return rfc8785.dumps(_normalise(value))
     except rfc8785.CanonicalizationError as exc:

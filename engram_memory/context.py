@@ -5,6 +5,7 @@ Nothing here ever comes from tool arguments. The host builds a :class:`HostBindi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Final
@@ -80,6 +81,7 @@ class HostBinding:
         return scope_key(self.tenant_id, self.workspace_id)
 
 
+@functools.lru_cache(maxsize=4096)
 def scope_key(tenant_id: str, workspace_id: str) -> str:
     """Derive the opaque scope key of a (tenant, workspace) pair (a digest; reveals neither)."""
     return digest(Domain.SCOPE_KEY, {"tenant_id": tenant_id, "workspace_id": workspace_id})

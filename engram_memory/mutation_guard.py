@@ -111,6 +111,8 @@ class MutationGuard:
         """
         with self.read(binding.scope) as reader:
             row = reader.idempotency(binding.principal, args.idempotency_key)
+        if row is None:  # a fresh key: no intent to compare
+            return None
         return self.check_replay(row, self.intent(tool, args))
 
     @staticmethod

@@ -25,6 +25,8 @@ __all__ = [
 ]
 
 _CONVERTER = make_converter()
+# records and receipts are already JSON values: unstructure them as they are, without a deep walk
+_CONVERTER.register_unstructure_hook_func(lambda tp: tp == dict[str, Any], lambda value: value)
 _T = TypeVar("_T")
 
 
