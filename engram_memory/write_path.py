@@ -70,7 +70,7 @@ from engram_memory.results import (
 from engram_memory.wire.args import CaptureArgs, ForgetArgs, RequestAdmissionArgs, WithdrawArgs
 from engram_memory.wire.converter import unstructure_args
 
-__all__ = ["DECISION_MAX_AGE", "WritePath"]
+__all__ = ["DECISION_MAX_AGE", "WritePath", "store_admitted_record"]
 
 _log = logging.getLogger("engram_memory")
 DECISION_MAX_AGE: Final = timedelta(seconds=300)
@@ -81,6 +81,40 @@ CAPTURE = "engram_memory_capture"
 ADMISSION = "engram_memory_request_admission"
 WITHDRAW = "engram_memory_withdraw"
 FORGET = "engram_memory_forget"
+
+
+def store_admitted_record(unit: UnitOfWork, vault: KeyVault, scope: str, record: dict[str, Any], cursor: int) -> None:
+    """Write an accepted record in ``unit``: its row, its body sealed under a new key, its index entry."""
+    record_id = record["record_id"]
+    sealed = vault.seal(record_context(scope, record_id), canonical_bytes(record))
+    valid_time = record["valid_time"]
+    expires_at = record["retention"].get("expires_at")
+    expires_ms = epoch_ms(parse_instant(expires_at)) if expires_at is not None else None
+    unit.put_record(
+        RecordRow(
+            record_id=record_id,
+            state="accepted_current",
+            record_digest=record["record_digest"],
+            payload_digest=record["payload_digest"],
+            sealed=sealed,
+            recorded_cursor=int(record["recorded_cursor"]),
+            accepted_cursor=cursor,
+            valid_from=valid_time["t"],
+            valid_to=valid_time.get("t_end"),
+            expires_at_ms=expires_ms,
+        )
+    )
+    lengths, terms = term_frequencies(record)
+    unit.index_document(
+        IndexedDocument(
+            record_id=record_id,
+            lengths=lengths,
+            terms=terms,
+            valid_from=valid_time["t"],
+            valid_to=valid_time.get("t_end"),
+            expires_at_ms=expires_ms,
+        )
+    )
 
 
 class WritePath:
@@ -324,7 +358,7 @@ class WritePath:
                 ),
             )
             if accept:
-                self._admit(unit, scope, record, event.cursor)
+                store_admitted_record(unit, self._vault, scope, record, event.cursor)
             unit.put_candidate(
                 CandidateRow(
                     candidate_id=candidate_id,
@@ -417,38 +451,6 @@ class WritePath:
             "issued_at": format_instant(decision.issued_at),
         }
         return decision.decision, receipt_digest(Domain.ADMISSION_DECISION, envelope)
-
-    def _admit(self, unit: UnitOfWork, scope: str, record: dict[str, Any], cursor: int) -> None:
-        record_id = record["record_id"]
-        sealed = self._vault.seal(record_context(scope, record_id), canonical_bytes(record))
-        valid_time = record["valid_time"]
-        expires_at = record["retention"].get("expires_at")
-        expires_ms = epoch_ms(parse_instant(expires_at)) if expires_at is not None else None
-        unit.put_record(
-            RecordRow(
-                record_id=record_id,
-                state="accepted_current",
-                record_digest=record["record_digest"],
-                payload_digest=record["payload_digest"],
-                sealed=sealed,
-                recorded_cursor=int(record["recorded_cursor"]),
-                accepted_cursor=cursor,
-                valid_from=valid_time["t"],
-                valid_to=valid_time.get("t_end"),
-                expires_at_ms=expires_ms,
-            )
-        )
-        lengths, terms = term_frequencies(record)
-        unit.index_document(
-            IndexedDocument(
-                record_id=record_id,
-                lengths=lengths,
-                terms=terms,
-                valid_from=valid_time["t"],
-                valid_to=valid_time.get("t_end"),
-                expires_at_ms=expires_ms,
-            )
-        )
 
     # ------------------------------------------------------------------ withdraw
 

@@ -39,10 +39,8 @@ from engram_memory.canonical import (
     Domain,
     canonical_bytes,
     digest,
-    epoch_ms,
     format_cursor,
     format_instant,
-    parse_instant,
     receipt_digest,
 )
 from engram_memory.context import HostBinding
@@ -50,24 +48,21 @@ from engram_memory.journal import build_event
 from engram_memory.ports import (
     CandidateRow,
     IdempotencyRow,
-    IndexedDocument,
     KeyVault,
     Policy,
-    RecordRow,
     Store,
     UnitOfWork,
 )
-from engram_memory.ranking.tokenizer import term_frequencies
 from engram_memory.records import (
     authorization_receipt,
     build_record,
     candidate_id_for,
     complete_payload,
-    record_context,
     transaction_receipt,
     trust_binding,
 )
 from engram_memory.results import AdmissionOutcome, CaptureResult, RequestAdmissionResult
+from engram_memory.write_path import store_admitted_record
 
 __all__ = [
     "PURPOSE",
@@ -396,7 +391,6 @@ class _Context:
     policy_version: str
     trust_class: str
     instant: str
-    expires_ms: Callable[[Mapping[str, Any]], int | None]
 
 
 def _authorization(ctx: _Context, tool: str, target: str) -> str:
@@ -512,34 +506,7 @@ def _preload_one(unit: UnitOfWork, vault: KeyVault, ctx: _Context, arguments: Ma
             record_digest=record_digest,
         ),
     )
-    sealed = vault.seal(record_context(scope, record_id), canonical_bytes(record))
-    valid_time = record["valid_time"]
-    expires_ms = ctx.expires_ms(record)
-    unit.put_record(
-        RecordRow(
-            record_id=record_id,
-            state="accepted_current",
-            record_digest=record_digest,
-            payload_digest=payload_digest,
-            sealed=sealed,
-            recorded_cursor=int(capture_cursor),
-            accepted_cursor=event.cursor,
-            valid_from=valid_time["t"],
-            valid_to=valid_time.get("t_end"),
-            expires_at_ms=expires_ms,
-        )
-    )
-    lengths, terms = term_frequencies(record)
-    unit.index_document(
-        IndexedDocument(
-            record_id=record_id,
-            lengths=lengths,
-            terms=terms,
-            valid_from=valid_time["t"],
-            valid_to=valid_time.get("t_end"),
-            expires_at_ms=expires_ms,
-        )
-    )
+    store_admitted_record(unit, vault, scope, record, event.cursor)
     unit.put_candidate(
         CandidateRow(
             candidate_id=candidate_id,
@@ -562,11 +529,6 @@ def _preload_one(unit: UnitOfWork, vault: KeyVault, ctx: _Context, arguments: Ma
         IdempotencyRow(intent_digest=admit_intent, response=canonical_bytes(admitted)),
     )
     return record_id
-
-
-def _expires_ms(record: Mapping[str, Any]) -> int | None:
-    expires_at = record["retention"].get("expires_at")
-    return None if expires_at is None else epoch_ms(parse_instant(expires_at))
 
 
 def preload_admitted(
@@ -604,7 +566,6 @@ def preload_admitted(
         policy_version=policy.policy_version,
         trust_class=policy.trust_class(binding),
         instant=format_instant(now),
-        expires_ms=_expires_ms,
     )
     record_ids: list[str] = []
     pending = iter(arguments)
