@@ -8,13 +8,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
 from engram_memory.canonical import Domain, digest
+from engram_memory.errors import EngramError, ErrorCode
 
-__all__ = ["ALL_TOOLS", "Confirmation", "HostBinding", "scope_key"]
+if TYPE_CHECKING:
+    from engram_memory.ports import Clock
+
+__all__ = ["ALL_TOOLS", "Confirmation", "HostBinding", "now_within_deadline", "scope_key"]
 
 ALL_TOOLS: Final = frozenset(
     {
@@ -79,6 +83,14 @@ class HostBinding:
     def scope(self) -> str:
         """The opaque scope key of (tenant, workspace); every store access is partitioned by it."""
         return scope_key(self.tenant_id, self.workspace_id)
+
+
+def now_within_deadline(clock: Clock, binding: HostBinding) -> datetime:
+    """The clock's instant, or ``DEADLINE_EXCEEDED`` when the binding's deadline has passed."""
+    now = clock.now()
+    if binding.deadline is not None and now >= binding.deadline:
+        raise EngramError(ErrorCode.DEADLINE_EXCEEDED)
+    return now
 
 
 @functools.lru_cache(maxsize=4096)

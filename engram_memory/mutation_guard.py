@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
 from engram_memory.canonical import Domain, canonical_bytes, digest, format_instant
-from engram_memory.context import Confirmation, HostBinding
+from engram_memory.context import Confirmation, HostBinding, now_within_deadline
 from engram_memory.errors import (
     EngramError,
     ErrorCode,
@@ -98,10 +98,7 @@ class MutationGuard:
 
     def now(self, binding: HostBinding) -> datetime:
         """The current instant, or ``DEADLINE_EXCEEDED`` when the binding's deadline has passed."""
-        now = self._clock.now()
-        if binding.deadline is not None and now >= binding.deadline:
-            raise EngramError(ErrorCode.DEADLINE_EXCEEDED)
-        return now
+        return now_within_deadline(self._clock, binding)
 
     def replay(self, binding: HostBinding, tool: str, args: Mutation) -> dict[str, Any] | None:
         """The original response for a replayed key, ``None`` for a fresh key.

@@ -52,7 +52,7 @@ from engram_memory.canonical import (
     format_instant,
     receipt_digest,
 )
-from engram_memory.context import HostBinding
+from engram_memory.context import HostBinding, now_within_deadline
 from engram_memory.errors import (
     EngramError,
     ErrorCode,
@@ -114,10 +114,7 @@ class ReadPath:
     # ------------------------------------------------------------------ shared machinery
 
     def _now(self, binding: HostBinding) -> datetime:
-        now = self._clock.now()
-        if binding.deadline is not None and now >= binding.deadline:
-            raise EngramError(ErrorCode.DEADLINE_EXCEEDED)
-        return now
+        return now_within_deadline(self._clock, binding)
 
     def _reading(self, scope: str) -> AbstractContextManager[StoreReader]:
         return read_view(self._store, scope)

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import secrets
 import threading
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-from engram_memory.errors import KeyUnavailableError, SealIntegrityError
+from engram_memory.errors import KeyUnavailableError
+from engram_memory.keyvaults._aead import open_sealed, seal_fresh
 from engram_memory.ports import SealedEnvelope
 
 __all__ = ["InMemoryKeyVault"]
-
-_NONCE_BYTES = 12
 
 
 class InMemoryKeyVault:
@@ -38,13 +33,10 @@ class InMemoryKeyVault:
 
     def seal(self, context: str, plaintext: bytes) -> SealedEnvelope:
         """Encrypt under a fresh key bound to ``context``."""
-        key = AESGCM.generate_key(bit_length=256)
-        key_ref = "key_" + secrets.token_hex(16)
-        nonce = secrets.token_bytes(_NONCE_BYTES)
-        ciphertext = AESGCM(key).encrypt(nonce, plaintext, context.encode("utf-8"))
+        key, envelope = seal_fresh(context, plaintext)
         with self._lock:
-            self._keys[key_ref] = key
-        return SealedEnvelope(key_ref=key_ref, nonce=nonce, ciphertext=ciphertext)
+            self._keys[envelope.key_ref] = key
+        return envelope
 
     def open(self, envelope: SealedEnvelope, context: str) -> bytes:
         """Decrypt; a missing key or a failed tag is a typed error."""
@@ -52,10 +44,7 @@ class InMemoryKeyVault:
             key = self._keys.get(envelope.key_ref)
         if key is None:
             raise KeyUnavailableError("data key is unknown or destroyed")
-        try:
-            return AESGCM(key).decrypt(envelope.nonce, envelope.ciphertext, context.encode("utf-8"))
-        except InvalidTag as exc:
-            raise SealIntegrityError("sealed envelope failed authentication") from exc
+        return open_sealed(key, envelope, context)
 
     def destroy(self, key_ref: str) -> None:
         """Forget the key (no-op when already gone)."""

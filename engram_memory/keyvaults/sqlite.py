@@ -29,13 +29,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
-from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap, aes_key_wrap
 
 from engram_memory.errors import KeyUnavailableError, PortError, SealIntegrityError, StoreUnavailableError
+from engram_memory.keyvaults._aead import open_sealed, seal_fresh
 from engram_memory.ports import SealedEnvelope
 from engram_memory.stores.sqlite._errors import translate
 from engram_memory.stores.sqlite._files import create_private
@@ -43,7 +42,6 @@ from engram_memory.stores.sqlite._schema import Migration, SchemaSpec, migrate
 
 __all__ = ["VAULT_SCHEMA", "MasterKeyError", "SQLiteKeyVault"]
 
-_NONCE_BYTES: Final = 12
 _KEY_BYTES: Final = 32
 _WRAP_INFO: Final = b"engram-memory/vault/key-wrap/v1\0"
 _VERIFIER_INFO: Final = b"engram-memory/vault/verifier/v1\0"
@@ -266,17 +264,15 @@ class SQLiteKeyVault:
 
     def seal(self, context: str, plaintext: bytes) -> SealedEnvelope:
         """Encrypt under a fresh key bound to ``context``; the wrapped key is durable on return."""
-        key = AESGCM.generate_key(bit_length=256)
-        key_ref = "key_" + secrets.token_hex(16)
-        nonce = secrets.token_bytes(_NONCE_BYTES)
-        ciphertext = AESGCM(key).encrypt(nonce, plaintext, context.encode("utf-8"))
+        key, envelope = seal_fresh(context, plaintext)
+        key_ref = envelope.key_ref
         wrapped = _wrap(self._master, key_ref, key)
         with self._lock:
             try:
                 self._live().execute("INSERT INTO data_keys (key_ref, wrapped) VALUES (?, ?)", (key_ref, wrapped))
             except sqlite3.Error as exc:
                 raise translate(exc, "seal") from exc
-        return SealedEnvelope(key_ref=key_ref, nonce=nonce, ciphertext=ciphertext)
+        return envelope
 
     def open(self, envelope: SealedEnvelope, context: str) -> bytes:
         """Decrypt; a missing key or a failed tag is a typed error."""
@@ -295,10 +291,7 @@ class SQLiteKeyVault:
             key = _unwrap(self._master, envelope.key_ref, row[0])
         except InvalidUnwrap as exc:
             raise SealIntegrityError("wrapped data key failed authentication") from exc
-        try:
-            return AESGCM(key).decrypt(envelope.nonce, envelope.ciphertext, context.encode("utf-8"))
-        except InvalidTag as exc:
-            raise SealIntegrityError("sealed envelope failed authentication") from exc
+        return open_sealed(key, envelope, context)
 
     def destroy(self, key_ref: str) -> None:
         """Delete the wrapped key and scrub it from the WAL (no-op for an unknown key).
