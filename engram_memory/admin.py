@@ -79,10 +79,4 @@ class MemoryAdmin:
 
     def reap_keys(self) -> int:
         """Destroy keys whose destruction was committed but not confirmed; return how many."""
-        reaped = 0
-        for scope in self._service.store.scopes():
-            with self._service.store.read(scope) as reader:
-                doomed = reader.doomed_keys()
-            self._service._write.guard.destroy_keys(scope, doomed)  # noqa: SLF001 - same package
-            reaped += len(doomed)
-        return reaped
+        return self._service._write.guard.reap()  # noqa: SLF001 - same package

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
@@ -245,12 +245,39 @@ class MutationGuard:
             tool=tool, binding=binding, policy=self._policy, target=target, checked_at=format_instant(now)
         )
 
-    def destroy_keys(self, scope: str, key_refs: list[str]) -> None:
-        """Destroy committed-doomed keys and clear them from the store (best effort, logged)."""
-        for key_ref in key_refs:
-            try:
-                self._vault.destroy(key_ref)
-                with self._store.write(scope) as unit:
+    def destroy_keys(self, scope: str, key_refs: Sequence[str]) -> int:
+        """Destroy committed-doomed keys in one vault call, then clear them in one unit of work.
+
+        Best effort: a failure is logged and the keys stay doomed for a later call
+        (:meth:`engram_memory.MemoryAdmin.reap_keys`). Returns how many keys were destroyed.
+        """
+        if not key_refs:
+            return 0
+        try:
+            self._vault.destroy(*key_refs)
+            with self._store.write(scope) as unit:
+                for key_ref in key_refs:
                     unit.clear_doomed_key(key_ref)
-            except Exception:  # noqa: BLE001 - a vault failure must not undo a committed mutation
-                _log.exception("key destruction deferred; MemoryAdmin.reap_keys will retry")
+        except Exception:  # noqa: BLE001 - a vault failure must not undo a committed mutation
+            _log.exception("key destruction deferred; MemoryAdmin.reap_keys will retry")
+            return 0
+        return len(key_refs)
+
+    def reap(self) -> int:
+        """Destroy every scope's doomed keys (:meth:`destroy_keys` per scope); return how many."""
+        reaped = 0
+        for scope in self._store.scopes():
+            with self.read(scope) as reader:
+                doomed = reader.doomed_keys()
+            reaped += self.destroy_keys(scope, doomed)
+        return reaped
+
+    def destroy_in_unit(self, unit: UnitOfWork, key_ref: str) -> None:
+        """Destroy ``key_ref`` and every key the scope has doomed so far in one vault call.
+
+        The doomed keys' rows are cleared in ``unit``. Raises whatever the vault raises.
+        """
+        doomed = unit.doomed_keys()
+        self._vault.destroy(key_ref, *doomed)
+        for doomed_ref in doomed:
+            unit.clear_doomed_key(doomed_ref)

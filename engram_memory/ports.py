@@ -325,9 +325,10 @@ class Store(Protocol):
 class KeyVault(Protocol):
     """Data keys that never leave the vault: seal, open, destroy (crypto-shredding).
 
-    A cloud KMS can implement this: ``seal`` makes a fresh data key per call, the associated
-    data binds ``context`` (scope and id), and ``destroy`` makes every envelope sealed under the
-    key permanently unreadable.
+    A cloud KMS can implement this: ``seal`` makes a fresh data key per call (a vault may create
+    keys ahead of use, as long as a key is durable before ``seal`` returns an envelope under it),
+    the associated data binds ``context`` (scope and id), and ``destroy`` makes every envelope
+    sealed under the given keys permanently unreadable.
     """
 
     @property
@@ -348,8 +349,12 @@ class KeyVault(Protocol):
         """
         ...
 
-    def destroy(self, key_ref: str) -> None:
-        """Destroy a key; destroying an unknown or already destroyed key is a no-op."""
+    def destroy(self, *key_refs: str) -> None:
+        """Destroy every given key; an unknown or already destroyed key is a no-op.
+
+        One call may carry many keys so a vault can erase them in one durable step. When it
+        raises, any subset may already be destroyed: the caller retries the whole call.
+        """
         ...
 
 

@@ -85,10 +85,22 @@ class MemoryService:
         self.ranker: Ranker = ranker if ranker is not None else LexicalRanker()
         self._audit_ids = audit_ids
         self._write = WritePath(store=store, vault=vault, policy=self.policy, clock=clock)
+        self._closed = False
         self._read = ReadPath(store=store, vault=vault, policy=self.policy, clock=clock, ranker=self.ranker)
 
     def close(self) -> None:
-        """Close the store and, if it holds resources (has ``close``), the vault. Idempotent."""
+        """Destroy the keys accepts left doomed, then close the store and the vault. Idempotent.
+
+        The vault is closed only if it holds resources (has ``close``). A failure to destroy a
+        key is logged and leaves it doomed for the next run's ``MemoryAdmin.reap_keys``.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._write.guard.reap()
+        except Exception:  # noqa: BLE001 - closing must release the files whatever the store says
+            _log.exception("doomed keys left for MemoryAdmin.reap_keys")
         self.store.close()
         close_vault = getattr(self.vault, "close", None)
         if callable(close_vault):

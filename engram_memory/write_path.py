@@ -2,8 +2,15 @@
 
 Each runs: idempotency lookup (a replay returns the original response) → confirmation gate →
 lifecycle checks (refusals write nothing) → one unit of work that appends the journal event,
-updates state and indexes, binds the idempotency key and consumes the confirmation. Keys are
-destroyed inside the unit for withdraw and forget, right after commit for accept and reject.
+updates state and indexes, binds the idempotency key and consumes the confirmation.
+
+Keys: withdraw and forget destroy theirs inside the unit, together with every key the scope has
+doomed so far; reject destroys the candidate key (and the doomed ones) right after commit. Accept
+dooms the candidate key in its unit (the candidate's envelope is deleted there; its content lives
+on in the record, sealed under the record's own key) and destroys doomed keys in batches of
+:data:`DESTROY_BATCH`, so a key outlives its accept only until the batch fills or the scope's next
+reject, withdraw or forget — whichever comes first — or ``MemoryAdmin.reap_keys`` or
+``MemoryService.close``.
 Idempotency keys are scoped to (scope, principal) across the four tools; the stored intent is the
 digest of (tool, canonical arguments).
 """
@@ -70,11 +77,13 @@ from engram_memory.results import (
 from engram_memory.wire.args import CaptureArgs, ForgetArgs, RequestAdmissionArgs, WithdrawArgs
 from engram_memory.wire.converter import unstructure_args
 
-__all__ = ["DECISION_MAX_AGE", "WritePath", "store_admitted_record"]
+__all__ = ["DECISION_MAX_AGE", "DESTROY_BATCH", "WritePath", "store_admitted_record"]
 
 _log = logging.getLogger("engram_memory")
 DECISION_MAX_AGE: Final = timedelta(seconds=300)
 """An admission decision older than this is ``POLICY_STALE``."""
+DESTROY_BATCH: Final = 16
+"""Accepts destroy the scope's doomed candidate keys once this many wait (one vault call)."""
 
 
 CAPTURE = "engram_memory_capture"
@@ -323,8 +332,10 @@ class WritePath:
         committed_at = format_instant(now)
         authorization = self._guard.authorization(ADMISSION, binding, candidate_id, now)
         accept = decision == "accept"
+        doomed: list[str] = []
 
         def work(unit: UnitOfWork) -> dict[str, Any]:
+            doomed.clear()
             current = check_admissible(unit.candidate(candidate_id))
             if current.state == "admitted":  # another request admitted it meanwhile
                 return duplicate_value(current)
@@ -374,13 +385,14 @@ class WritePath:
             )
             if current.sealed is not None:
                 unit.doom_key(current.sealed.key_ref)
+                doomed.extend(unit.doomed_keys())
             return RequestAdmissionResult(outcome=outcome, replayed=False).to_json()
 
         value, replayed = self._guard.commit_mutation(binding, key, intent, confirmation, work)
         if replayed:
             return from_json(RequestAdmissionResult, {**value, "replayed": True})
-        if row.sealed is not None and value["outcome"]["status"] != "duplicate_exact":
-            self._guard.destroy_keys(scope, [row.sealed.key_ref])
+        if doomed and (not accept or len(doomed) >= DESTROY_BATCH):
+            self._guard.destroy_keys(scope, doomed)
         return from_json(RequestAdmissionResult, value)
 
     def _duplicate_admission(
@@ -506,8 +518,8 @@ class WritePath:
         value, replayed = self._guard.commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
         return from_json(WithdrawResult, {**value, "replayed": True} if replayed else value)
 
-    def _destroy_or_abort(self, sealed: SealedEnvelope | None) -> None:
-        """Destroy a forgotten record's body key inside the unit; if the vault fails, nothing commits.
+    def _destroy_or_abort(self, unit: UnitOfWork, sealed: SealedEnvelope | None) -> None:
+        """Destroy a forgotten record's body key (and the doomed keys) in the unit; on failure nothing commits.
 
         forget answers only once the key is gone: a vault failure aborts the unit with
         ``STORE_UNAVAILABLE`` (retriable) and the record stays as it was. Should the commit fail
@@ -517,7 +529,7 @@ class WritePath:
         if sealed is None:
             return
         try:
-            self._vault.destroy(sealed.key_ref)
+            self._guard.destroy_in_unit(unit, sealed.key_ref)
         except Exception as exc:
             raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="key vault could not destroy the key") from exc
 
@@ -532,7 +544,7 @@ class WritePath:
         if sealed is None:
             return "complete"
         try:
-            self._vault.destroy(sealed.key_ref)
+            self._guard.destroy_in_unit(unit, sealed.key_ref)
         except Exception:  # noqa: BLE001 - the vault is foreign code; the key stays doomed
             _log.exception("key destruction deferred; MemoryAdmin.reap_keys will retry")
             unit.doom_key(sealed.key_ref)
@@ -608,7 +620,7 @@ class WritePath:
                     trust_valid=current.trust_valid,
                 )
             )
-            self._destroy_or_abort(current.sealed)
+            self._destroy_or_abort(unit, current.sealed)
             coverage = digest(
                 Domain.COVERAGE,
                 {"record_id": current.record_id, "indexes": ["lexical"], "cursor": body["cursor"]},

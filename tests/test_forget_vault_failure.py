@@ -13,10 +13,10 @@ class FlakyVault(InMemoryKeyVault):
 
     broken = False
 
-    def destroy(self, key_ref: str) -> None:
+    def destroy(self, *key_refs: str) -> None:
         if self.broken:
             raise OSError("vault offline")
-        super().destroy(key_ref)
+        super().destroy(*key_refs)
 
 
 def test_a_vault_failure_aborts_forget_and_a_retry_completes_it() -> None:

@@ -223,6 +223,63 @@ def test_destroy_of_many_keys_leaves_none_behind(vault: SQLiteKeyVault, vault_pa
     assert all(wrapped[e.key_ref] in data for e in envelopes if e not in doomed)
 
 
+def test_one_destroy_call_erases_several_keys_in_one_scrub(vault: SQLiteKeyVault, vault_path: Path) -> None:
+    envelopes = [vault.seal(CONTEXT, b"%d" % i) for i in range(10)]
+    wrapped = {e.key_ref: _wrapped(vault_path, e.key_ref) for e in envelopes}
+    doomed, kept = envelopes[:7], envelopes[7:]
+    vault.destroy(*(e.key_ref for e in doomed), "key_that_never_existed")
+    data = _files(vault_path)
+    assert Path(f"{vault_path}-wal").stat().st_size == 0
+    assert [e.key_ref for e in doomed if vault.holds(e.key_ref) or wrapped[e.key_ref] in data] == []
+    assert all(vault.open(e, CONTEXT) == b"%d" % i for i, e in enumerate(kept, start=7))
+    vault.destroy()  # nothing to destroy: a no-op
+
+
+def _committed_keys(path: Path) -> set[str]:
+    """Key refs a second connection sees committed in the vault file."""
+    raw = sqlite3.connect(path)
+    try:
+        return {row[0] for row in raw.execute("SELECT key_ref FROM data_keys")}
+    finally:
+        raw.close()
+
+
+def test_a_key_is_durable_before_anything_is_sealed_under_it(vault_path: Path) -> None:
+    vault = SQLiteKeyVault(vault_path, MASTER, reserve=4)
+    commits: list[str] = []
+    vault._conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    try:
+        envelopes = [vault.seal(CONTEXT, b"%d" % i) for i in range(9)]
+        assert len(commits) == 3  # one durable transaction per reserve of 4 keys
+        committed = _committed_keys(vault_path)
+        assert {e.key_ref for e in envelopes} <= committed
+        assert len(committed) == 12  # 9 used, 3 reserved
+    finally:
+        vault.close()
+    assert _committed_keys(vault_path) == {e.key_ref for e in envelopes}  # close deleted the unused ones
+    with SQLiteKeyVault(vault_path, MASTER) as reopened:
+        assert all(reopened.open(e, CONTEXT) == b"%d" % i for i, e in enumerate(envelopes))
+
+
+def test_a_forked_process_never_reuses_its_parents_reserved_keys(
+    vault_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with SQLiteKeyVault(vault_path, MASTER, reserve=8) as vault:
+        parent = vault.seal(CONTEXT, b"parent")
+        reserved = {key_ref for key_ref, _ in vault._reserved}
+        assert len(reserved) == 7
+        monkeypatch.setattr(os, "getpid", lambda: -1)  # what a forked child sees
+        child = vault.seal(CONTEXT, b"child")
+        assert child.key_ref not in reserved
+        assert child.key_ref != parent.key_ref
+        assert vault.open(child, CONTEXT) == b"child"
+
+
+def test_the_reserve_size_is_checked(vault_path: Path) -> None:
+    with pytest.raises(ValueError, match="reserve"):
+        SQLiteKeyVault(vault_path, MASTER, reserve=0)
+
+
 def test_destroy_reports_a_wal_it_cannot_truncate(vault_path: Path) -> None:
     vault = SQLiteKeyVault(vault_path, MASTER, busy_timeout_ms=50)
     envelope = vault.seal(CONTEXT, b"secret")

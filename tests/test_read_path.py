@@ -704,8 +704,8 @@ class _ForgettingVault:
     def seal(self, context: str, plaintext: bytes) -> SealedEnvelope:
         return self.inner.seal(context, plaintext)
 
-    def destroy(self, key_ref: str) -> None:
-        self.inner.destroy(key_ref)
+    def destroy(self, *key_refs: str) -> None:
+        self.inner.destroy(*key_refs)
 
     def open(self, envelope: SealedEnvelope, context: str) -> bytes:
         with self.store.read(self.scope) as reader:

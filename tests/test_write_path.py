@@ -23,6 +23,7 @@ import pytest
 
 from engram_memory import DefaultPolicy, ErrorCode, JsonRpcCode, ManualClock, MemoryAdmin, MemoryService, ProtocolError
 from engram_memory.canonical import format_instant, record_id_from_digest
+from engram_memory.context import HostBinding
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.ports import CandidateRow, RecordRow, SealedEnvelope
 from engram_memory.records import candidate_context
@@ -37,10 +38,12 @@ from engram_memory.testing.fakes import (
     make_key,
     ok,
 )
+from engram_memory.write_path import DESTROY_BATCH
 
 ACCEPT = DefaultPolicy(admission="accept")
 REJECT = DefaultPolicy(admission="reject")
 A = make_binding("tenant-a", "workspace-1", "principal-1")
+B = make_binding("tenant-b", "workspace-1", "principal-1")
 
 
 class FlakyVault(InMemoryKeyVault):
@@ -50,11 +53,11 @@ class FlakyVault(InMemoryKeyVault):
         super().__init__()
         self.failures = failures
 
-    def destroy(self, key_ref: str) -> None:
+    def destroy(self, *key_refs: str) -> None:
         if self.failures:
             self.failures -= 1
             raise RuntimeError("injected: KMS unavailable")
-        super().destroy(key_ref)
+        super().destroy(*key_refs)
 
 
 class RacingStore:
@@ -128,8 +131,8 @@ def _frozen(store: InMemoryStore, vault: InMemoryKeyVault, scope: str = A.scope)
     )
 
 
-def _sealed(store: InMemoryStore, candidate_id: str) -> SealedEnvelope:
-    row = store.raw_partition(A.scope).candidates[candidate_id]
+def _sealed(store: InMemoryStore, candidate_id: str, scope: str = A.scope) -> SealedEnvelope:
+    row = store.raw_partition(scope).candidates[candidate_id]
     assert row.sealed is not None
     return row.sealed
 
@@ -325,6 +328,60 @@ def test_every_ending_destroys_the_candidate_key_and_forget_the_body_key(
     ok(harness.forget(A, record_id, make_key("k-f")))
     assert not vault.holds(body_key)
     assert store.raw_partition(A.scope).doomed == set()
+
+
+def _accepted_keys(harness: Harness, store: InMemoryStore, binding: HostBinding, label: str, count: int) -> list[str]:
+    """Capture and accept ``count`` candidates; return their (now doomed) candidate key refs."""
+    keys = []
+    for index in range(count):
+        candidate_id = harness.pending(binding, make_key(f"{label}-{index}"))
+        keys.append(_sealed(store, candidate_id, binding.scope).key_ref)
+        ok(harness.admit(binding, candidate_id, make_key(f"{label}-{index}-a")))
+    return keys
+
+
+def test_accepts_destroy_candidate_keys_in_batches(harness: Harness, store: InMemoryStore, vault: FlakyVault) -> None:
+    waiting = _accepted_keys(harness, store, A, "batch", DESTROY_BATCH - 1)
+    assert all(vault.holds(key) for key in waiting)
+    assert store.raw_partition(A.scope).doomed == set(waiting)
+    assert all(row.sealed is None for row in store.raw_partition(A.scope).candidates.values())
+    waiting += _accepted_keys(harness, store, A, "batch-last", 1)
+    assert not any(vault.holds(key) for key in waiting)
+    assert store.raw_partition(A.scope).doomed == set()
+
+
+@pytest.mark.parametrize("ending", ["reject", "withdraw", "forget"])
+def test_a_reject_withdraw_or_forget_destroys_every_key_accepts_left_waiting(
+    ending: str, harness: Harness, store: InMemoryStore, vault: FlakyVault
+) -> None:
+    record_id = ok(harness.admit(A, harness.pending(A, make_key("end-first")), make_key("end-first-a")))["outcome"][
+        "record_id"
+    ]
+    waiting = _accepted_keys(harness, store, A, "end", 3)
+    elsewhere = _accepted_keys(harness, store, B, "other-scope", 2)
+    candidate_id = harness.pending(A, make_key("end-last"))
+    if ending == "reject":
+        harness.use(REJECT)
+        assert ok(harness.admit(A, candidate_id, make_key("end-last-r")))["outcome"]["status"] == "rejected"
+    elif ending == "withdraw":
+        assert ok(harness.withdraw(A, candidate_id, make_key("end-last-w")))["key_destruction"] == "complete"
+    else:
+        ok(harness.forget(A, record_id, make_key("end-last-f")))
+    assert not any(vault.holds(key) for key in waiting)
+    assert store.raw_partition(A.scope).doomed == set()
+    assert all(vault.holds(key) for key in elsewhere)  # another scope's keys wait for its own batch
+    assert store.raw_partition(B.scope).doomed == set(elsewhere)
+
+
+def test_close_destroys_every_key_accepts_left_waiting(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault
+) -> None:
+    waiting = _accepted_keys(harness, store, A, "close", 2) + _accepted_keys(harness, store, B, "close-b", 2)
+    assert all(vault.holds(key) for key in waiting)
+    harness.service.close()
+    assert not any(vault.holds(key) for key in waiting)
+    assert store.raw_partition(A.scope).doomed == store.raw_partition(B.scope).doomed == set()
+    harness.service.close()  # idempotent
 
 
 def test_the_withdrawn_envelope_never_opens_again(harness: Harness, store: InMemoryStore, vault: FlakyVault) -> None:

@@ -15,18 +15,27 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from engram_memory.errors import SealIntegrityError
 from engram_memory.ports import SealedEnvelope
 
-__all__ = ["open_sealed", "seal_fresh"]
+__all__ = ["new_key", "open_sealed", "seal_fresh", "seal_with"]
 
 _NONCE_BYTES: Final = 12
 
 
-def seal_fresh(context: str, plaintext: bytes) -> tuple[bytes, SealedEnvelope]:
-    """Encrypt under a new 256-bit key and a random 96-bit nonce; return ``(key, envelope)``."""
-    key = AESGCM.generate_key(bit_length=256)
+def new_key() -> tuple[str, bytes]:
+    """A fresh ``(key_ref, 256-bit key)``; the ref is random and says nothing about the key."""
+    return "key_" + secrets.token_hex(16), AESGCM.generate_key(bit_length=256)
+
+
+def seal_with(key_ref: str, key: bytes, context: str, plaintext: bytes) -> SealedEnvelope:
+    """Encrypt under ``key`` with a random 96-bit nonce, binding ``context`` as associated data."""
     nonce = secrets.token_bytes(_NONCE_BYTES)
     ciphertext = AESGCM(key).encrypt(nonce, plaintext, context.encode("utf-8"))
-    key_ref = "key_" + secrets.token_hex(16)
-    return key, SealedEnvelope(key_ref=key_ref, nonce=nonce, ciphertext=ciphertext)
+    return SealedEnvelope(key_ref=key_ref, nonce=nonce, ciphertext=ciphertext)
+
+
+def seal_fresh(context: str, plaintext: bytes) -> tuple[bytes, SealedEnvelope]:
+    """Encrypt under a new key (:func:`new_key`); return ``(key, envelope)``."""
+    key_ref, key = new_key()
+    return key, seal_with(key_ref, key, context, plaintext)
 
 
 def open_sealed(key: bytes, envelope: SealedEnvelope, context: str) -> bytes:

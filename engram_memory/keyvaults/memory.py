@@ -46,10 +46,11 @@ class InMemoryKeyVault:
             raise KeyUnavailableError("data key is unknown or destroyed")
         return open_sealed(key, envelope, context)
 
-    def destroy(self, key_ref: str) -> None:
-        """Forget the key (no-op when already gone)."""
+    def destroy(self, *key_refs: str) -> None:
+        """Forget the keys (no-op for those already gone)."""
         with self._lock:
-            self._keys.pop(key_ref, None)
+            for key_ref in key_refs:
+                self._keys.pop(key_ref, None)
 
     def holds(self, key_ref: str) -> bool:
         """Whether the key still exists (for tests and audits)."""

@@ -8,10 +8,18 @@ key wrap (RFC 3394) under a key-encryption key derived from the host's master ke
 never touches the file; a verifier (an HMAC of a constant under a derived key) detects a wrong
 master key at open.
 
-Destruction is real: :meth:`~SQLiteKeyVault.destroy` deletes the row with ``secure_delete=ON``
-(SQLite zeroes the freed cell) and then runs ``PRAGMA wal_checkpoint(TRUNCATE)``, which copies the
-scrubbed page into the database file and truncates the write-ahead log to zero bytes, so neither
-the database file nor the WAL still holds the wrapped key when ``destroy`` returns. Wrapped keys
+Keys are made ahead of use: the vault writes a *reserve* of fresh wrapped keys (32 by default) in
+one durable transaction and hands them out one per :meth:`~SQLiteKeyVault.seal`, so a key is on
+disk before anything is sealed under it while a seal usually costs no commit. Reserved keys never
+leave the process that made them (a forked child makes its own); :meth:`~SQLiteKeyVault.close`
+deletes the unused ones, and a crash leaves at most one reserve of keys that sealed nothing.
+
+Destruction is real: :meth:`~SQLiteKeyVault.destroy` deletes the rows with ``secure_delete=ON``
+(SQLite zeroes the freed cells) in one transaction and then runs ``PRAGMA wal_checkpoint(TRUNCATE)``,
+which copies the scrubbed pages into the database file, syncs it and truncates the write-ahead log
+to zero bytes, so neither the database file nor the WAL still holds a wrapped key when ``destroy``
+returns. (The deleting commit itself runs at ``synchronous=NORMAL``: the checkpoint's sync is what
+makes it durable, and a checkpoint that cannot complete makes ``destroy`` raise.) Wrapped keys
 live in an ordinary rowid table: its interior B-tree pages hold only integer row ids, never copies
 of a row (an index or ``WITHOUT ROWID`` table would keep key copies in interior pages).
 """
@@ -34,7 +42,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap, aes_key_wrap
 
 from engram_memory.errors import KeyUnavailableError, PortError, SealIntegrityError, StoreUnavailableError
-from engram_memory.keyvaults._aead import open_sealed, seal_fresh
+from engram_memory.keyvaults._aead import new_key, open_sealed, seal_with
 from engram_memory.ports import SealedEnvelope
 from engram_memory.stores.sqlite._errors import translate
 from engram_memory.stores.sqlite._files import create_private
@@ -43,6 +51,8 @@ from engram_memory.stores.sqlite._schema import Migration, SchemaSpec, migrate
 __all__ = ["VAULT_SCHEMA", "MasterKeyError", "SQLiteKeyVault"]
 
 _KEY_BYTES: Final = 32
+_DEFAULT_RESERVE: Final = 32
+_DELETE_CHUNK: Final = 500
 _WRAP_INFO: Final = b"engram-memory/vault/key-wrap/v1\0"
 _VERIFIER_INFO: Final = b"engram-memory/vault/verifier/v1\0"
 _VERIFIER_MESSAGE: Final = b"engram-memory sqlite key vault master key verifier"
@@ -144,6 +154,7 @@ class SQLiteKeyVault:
         master_key: 32 bytes the host keeps elsewhere (a secret manager, an HSM-unwrapped key).
         master_key_file: alternatively, a file holding the 32-byte master key; created with mode
             0600 and a random key if it does not exist yet (and the vault is new).
+        reserve: how many keys to write ahead in one durable transaction (1 = one commit per seal).
 
     Exactly one of ``master_key`` and ``master_key_file`` must be given. Losing the master key
     loses every sealed item, which is the point of crypto-shredding; back it up separately from
@@ -153,7 +164,8 @@ class SQLiteKeyVault:
     Raises:
         MasterKeyError: the master key does not match the vault's verifier, or the key file is
             unreadable, malformed, or missing for an existing vault.
-        ValueError: neither or both key sources, or a master key that is not 32 bytes.
+        ValueError: neither or both key sources, a master key that is not 32 bytes, or a reserve
+            below 1.
         StoreUnavailableError: the file cannot be opened (or is locked past the busy timeout).
         MigrationLedgerError: not a vault file, or a vault written by a newer library.
     """
@@ -165,11 +177,17 @@ class SQLiteKeyVault:
         *,
         master_key_file: str | os.PathLike[str] | None = None,
         busy_timeout_ms: int = 5000,
+        reserve: int = _DEFAULT_RESERVE,
     ) -> None:
         if (master_key is None) == (master_key_file is None):
             raise ValueError("give exactly one of master_key and master_key_file")
         if master_key is not None and len(master_key) != _KEY_BYTES:
             raise ValueError("master_key must be 32 bytes")
+        if reserve < 1:
+            raise ValueError("reserve must be at least 1")
+        self._reserve_size = reserve
+        self._reserved: list[tuple[str, bytes]] = []  # durable, never used: (key_ref, key)
+        self._reserved_by = os.getpid()
         self._path = os.fspath(path)
         if self._path in {"", ":memory:"}:
             raise ValueError("SQLiteKeyVault needs a file path (use InMemoryKeyVault for a transient vault)")
@@ -264,15 +282,32 @@ class SQLiteKeyVault:
 
     def seal(self, context: str, plaintext: bytes) -> SealedEnvelope:
         """Encrypt under a fresh key bound to ``context``; the wrapped key is durable on return."""
-        key, envelope = seal_fresh(context, plaintext)
-        key_ref = envelope.key_ref
-        wrapped = _wrap(self._master, key_ref, key)
         with self._lock:
+            key_ref, key = self._take_key()
+        return seal_with(key_ref, key, context, plaintext)
+
+    def _take_key(self) -> tuple[str, bytes]:
+        """An unused durable key from the reserve, writing a new reserve first if it is empty."""
+        if self._reserved_by != os.getpid():  # a forked child must never reuse its parent's keys
+            self._reserved, self._reserved_by = [], os.getpid()
+        if not self._reserved:
+            fresh = [new_key() for _ in range(self._reserve_size)]
+            rows = [(key_ref, _wrap(self._master, key_ref, key)) for key_ref, key in fresh]
+            conn = self._live()
             try:
-                self._live().execute("INSERT INTO data_keys (key_ref, wrapped) VALUES (?, ?)", (key_ref, wrapped))
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.executemany("INSERT INTO data_keys (key_ref, wrapped) VALUES (?, ?)", rows)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
             except sqlite3.Error as exc:
                 raise translate(exc, "seal") from exc
-        return envelope
+            fresh.reverse()
+            self._reserved = fresh
+        return self._reserved.pop()
 
     def open(self, envelope: SealedEnvelope, context: str) -> bytes:
         """Decrypt; a missing key or a failed tag is a typed error."""
@@ -293,26 +328,47 @@ class SQLiteKeyVault:
             raise SealIntegrityError("wrapped data key failed authentication") from exc
         return open_sealed(key, envelope, context)
 
-    def destroy(self, key_ref: str) -> None:
-        """Delete the wrapped key and scrub it from the WAL (no-op for an unknown key).
+    def destroy(self, *key_refs: str) -> None:
+        """Delete the wrapped keys in one transaction and scrub them from the WAL.
 
-        The checkpoint runs even when the row is already gone, so a retry completes a destruction
-        whose checkpoint was blocked earlier.
+        Unknown keys are no-ops. The checkpoint runs even when the rows are already gone, so a
+        retry completes a destruction whose checkpoint was blocked earlier.
 
         Raises:
             StoreUnavailableError: the write-ahead log could not be truncated (another connection
-                kept reading past the busy timeout); the key is deleted but may survive in the WAL
-                until a retry succeeds.
+                kept reading past the busy timeout); the keys are deleted but may survive in the
+                WAL, and the deletion may not be durable, until a retry succeeds.
         """
+        if not key_refs:
+            return
         with self._lock:
             conn = self._live()
             try:
-                conn.execute("DELETE FROM data_keys WHERE key_ref = ?", (key_ref,))
+                self._delete_keys(conn, key_refs)
                 busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
             except sqlite3.Error as exc:
                 raise translate(exc, "destroy") from exc
         if busy:
-            raise StoreUnavailableError("key deleted but the vault's write-ahead log is still in use; retry destroy")
+            raise StoreUnavailableError("keys deleted but the vault's write-ahead log is still in use; retry destroy")
+
+    @staticmethod
+    def _delete_keys(conn: sqlite3.Connection, key_refs: tuple[str, ...]) -> None:
+        """Delete rows in one transaction at ``synchronous=NORMAL`` (the checkpoint syncs them)."""
+        conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for start in range(0, len(key_refs), _DELETE_CHUNK):
+                    chunk = key_refs[start : start + _DELETE_CHUNK]
+                    marks = ", ".join("?" * len(chunk))
+                    conn.execute(f"DELETE FROM data_keys WHERE key_ref IN ({marks})", chunk)  # noqa: S608
+                conn.execute("COMMIT")
+            except BaseException:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+        finally:
+            conn.execute("PRAGMA synchronous = FULL")
 
     # ------------------------------------------------------------------ extras
 
@@ -326,10 +382,15 @@ class SQLiteKeyVault:
         return row is not None
 
     def close(self) -> None:
-        """Close the vault file; idempotent."""
+        """Delete the unused reserved keys and close the vault file; idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            unused = tuple(key_ref for key_ref, _ in self._reserved) if self._reserved_by == os.getpid() else ()
+            self._reserved = []
+            if unused:
+                with suppress(sqlite3.Error):  # best effort: they sealed nothing
+                    self._delete_keys(self._conn, unused)
             with suppress(sqlite3.Error):
                 self._conn.close()
