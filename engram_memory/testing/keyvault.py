@@ -122,6 +122,18 @@ class KeyVaultConformance:
         vault.destroy(doomed.key_ref)
         assert vault.open(kept, OTHER_CONTEXT) == b"kept"
 
+    def test_one_call_destroys_several_keys(self, vault: KeyVault) -> None:
+        """``destroy(a, b, unknown)`` destroys ``a`` and ``b``, ignores ``unknown`` and keeps the rest."""
+        first, second, kept = (vault.seal(CONTEXT, PLAINTEXT) for _ in range(3))
+        vault.destroy(first.key_ref, second.key_ref, "key_that_never_existed")
+        vault.destroy()
+        assert vault.open(kept, CONTEXT) == PLAINTEXT
+        if not vault.destroys_synchronously:
+            pytest.skip("the vault schedules destruction")
+        for envelope in (first, second):
+            with pytest.raises(KeyUnavailableError):
+                vault.open(envelope, CONTEXT)
+
     def test_an_unknown_key_is_unavailable(self, vault: KeyVault) -> None:
         """An envelope naming a key the vault never made raises KeyUnavailableError."""
         envelope = vault.seal(CONTEXT, PLAINTEXT)
