@@ -5,23 +5,31 @@ valid-time recency; the formulas and constants are in :mod:`engram_memory.rankin
 
 **Corpus statistics are per scope.** ``N``, document frequencies and average field lengths come
 from the scope's lexical index (:meth:`~engram_memory.ports.StoreReader.index_stats` and
-:meth:`~engram_memory.ports.StoreReader.postings`), i.e. over every ``accepted_current`` record of
+:meth:`~engram_memory.ports.StoreReader.term_postings`), i.e. over every ``accepted_current`` record of
 the scope, including those that are not valid at the query's ``valid_as_of`` or whose retention
 expired but that are still indexed. They are never computed over another scope, so adding records
 to one tenant never changes another tenant's scores, and they never require reading the corpus:
 the ranker holds only the postings of the query terms. (The reference engine computes them over
 its eligible snapshot; with one scope and no ineligible records the two coincide.)
 
-Eligibility is applied per posting (valid at ``valid_as_of``, retention not past at ``now_ms``),
-and every hit's record row is checked once more (``accepted_current`` and trust valid), so a stale
-index entry can never surface. The ranker never writes.
+Eligibility is applied per document from the copy of its inputs in the index (valid at
+``valid_as_of``, retention not past at ``now_ms``; every posting of a document carries the same copy,
+so this is the per-posting rule), and every hit's record row is checked once more
+(``accepted_current``, trust valid, time), so a stale index entry can never surface. Both checks run
+on the hits in score order, in batches, until the lexical list is full. The ranker never writes.
+
+**Exact and fast.** Each term's postings are ``(document number, occurrence key)`` pairs; the BM25F
+contribution of a key is computed once per query with :func:`~engram_memory.ranking.bm25f.field_score`
+(equal keys are equal inputs, so every float is the one the per-posting formula gives), and per
+document the term values are summed in term order as before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
-from engram_memory.ports import RankedHit, RankingQuery, StoreReader
+from engram_memory.ports import RankedHit, RankingQuery, StoreReader, TermPosting, occurrence_fields
 from engram_memory.ranking.bm25f import (
     BM25_B,
     BM25_K1,
@@ -49,6 +57,8 @@ PROFILE: Final = "offline_lexical_v1"
 PROFILE_VERSION: Final = "1.0.0"
 SCORING_FORMULA_REF: Final = "graphify-memory:offline-lexical-recency:v1"
 _FIELD_NAMES: Final = ("primary", "decision", "evidence", "context", "citations")
+_BATCH: Final = 500
+"""Hits resolved per batch (index entries, then record rows) while the lexical list fills."""
 
 
 class LexicalRanker:
@@ -94,11 +104,10 @@ class LexicalRanker:
 
     def rank(self, reader: StoreReader, query: RankingQuery) -> list[RankedHit]:
         """Every eligible hit of the reader's scope, best first (at most 2,000)."""
-        scores, valid_to = _bm25f(reader, query)
-        lexical_list = _lexical_list(reader, scores, query)
+        lexical_list = _lexical_list(reader, _bm25f(reader, query), query)
         hits: list[RankedHit] = []
-        for record_id, lexical in zip(lexical_list, rrf_normalised(len(lexical_list)), strict=True):
-            recency_value = recency(valid_to[record_id], query.valid_as_of)
+        for (record_id, valid_to), lexical in zip(lexical_list, rrf_normalised(len(lexical_list)), strict=True):
+            recency_value = recency(valid_to, query.valid_as_of)
             hits.append(
                 RankedHit(
                     record_id=record_id,
@@ -111,46 +120,95 @@ class LexicalRanker:
         return hits[:CANDIDATE_CAP]
 
 
-def _bm25f(reader: StoreReader, query: RankingQuery) -> tuple[dict[str, float], dict[str, int | None]]:
-    """BM25F scores of the eligible postings of the query terms, and each hit's ``valid_to``.
+def _bm25f(reader: StoreReader, query: RankingQuery) -> dict[int, float]:
+    """BM25F scores by document number of every indexed document holding a query term.
 
     Terms are de-duplicated and summed in first-occurrence order (the float sums are then those
     of the reference engine, which loops over documents and then over the distinct terms).
+    Eligibility is not applied here: it is all-or-nothing per document, see :func:`_lexical_list`.
     """
     terms = list(dict.fromkeys(query.terms))
     stats = reader.index_stats()
     documents = stats.documents
-    scores: dict[str, float] = {}
-    valid_to: dict[str, int | None] = {}
+    scores: dict[int, float] = {}
     if not terms or documents <= 0:
-        return scores, valid_to
+        return scores
     averages = average_lengths(documents, stats.total_lengths)
+    contributions: dict[str, float] = {}
     for term in terms:
-        postings = reader.postings(term)
+        postings = reader.term_postings(term)
         term_idf = idf(documents, len(postings)) if postings else 0.0
-        if term_idf <= 0:
-            continue
-        for posting in postings:
-            if not posting_is_eligible(posting, valid_as_of=query.valid_as_of, now_ms=query.now_ms):
-                continue
-            contribution = field_score(posting.frequencies, posting.lengths, averages)
-            if contribution > 0:
-                record_id = posting.record_id
-                scores[record_id] = scores.get(record_id, 0.0) + term_idf * contribution
-                valid_to[record_id] = posting.valid_to
-    return scores, valid_to
+        if term_idf > 0:
+            _accumulate(scores, postings, _term_values(postings, term_idf, averages, contributions))
+    return scores
 
 
-def _lexical_list(reader: StoreReader, scores: dict[str, float], query: RankingQuery) -> list[str]:
-    """The lexical channel: hits by score desc then id asc, each re-checked on its row, capped."""
-    lexical_list: list[str] = []
-    for record_id, score in sorted(scores.items(), key=lambda item: (-item[1], item[0])):
-        if score <= 0:
-            continue
-        row = reader.record(record_id)
-        if row is None or not row_is_eligible(row, valid_as_of=query.valid_as_of, now_ms=query.now_ms):
-            continue
-        lexical_list.append(record_id)
-        if len(lexical_list) >= CHANNEL_CAP:
-            break
-    return lexical_list
+def _term_values(
+    postings: Sequence[TermPosting], term_idf: float, averages: Sequence[float], contributions: dict[str, float]
+) -> dict[str, float]:
+    """``idf · field_score`` of each distinct occurrence key of one term (``field_score`` memoised per query)."""
+    values: dict[str, float] = {}
+    for key in {key for _, key in postings}:
+        contribution = contributions.get(key)
+        if contribution is None:
+            contribution = contributions[key] = field_score(*occurrence_fields(key), averages)
+        values[key] = term_idf * contribution
+    return values
+
+
+def _accumulate(scores: dict[int, float], postings: Sequence[TermPosting], values: dict[str, float]) -> None:
+    """Add one term's value to each document's score (``0.0 + v == v``, so a new entry starts at ``v``)."""
+    if not scores:
+        scores.update({doc: values[key] for doc, key in postings})
+        return
+    get = scores.get
+    for doc, key in postings:
+        scores[doc] = get(doc, 0.0) + values[key]
+
+
+def _lexical_list(reader: StoreReader, scores: dict[int, float], query: RankingQuery) -> list[tuple[str, int | None]]:
+    """The lexical channel: eligible hits by score desc then record id asc, capped; with each ``valid_to``.
+
+    Documents are resolved in score order, in batches that never split a group of equal scores, so
+    sorting each batch by (score desc, record id asc) yields the global order. Only scores above 0
+    count (a key whose terms are absent from every field contributes 0).
+    """
+    ranked = sorted((doc for doc, score in scores.items() if score > 0), key=scores.__getitem__, reverse=True)
+    lexical: list[tuple[str, int | None]] = []
+    start = 0
+    while start < len(ranked) and len(lexical) < CHANNEL_CAP:
+        end = _batch_end(ranked, scores, start)
+        lexical += _eligible(reader, ranked[start:end], scores, query)
+        start = end
+    return lexical[:CHANNEL_CAP]
+
+
+def _batch_end(ranked: list[int], scores: dict[int, float], start: int) -> int:
+    """The end of the batch starting at ``start``: ``_BATCH`` documents, extended over equal scores."""
+    end = min(start + _BATCH, len(ranked))
+    while end < len(ranked) and scores[ranked[end]] == scores[ranked[end - 1]]:
+        end += 1
+    return end
+
+
+def _eligible(
+    reader: StoreReader, batch: list[int], scores: dict[int, float], query: RankingQuery
+) -> list[tuple[str, int | None]]:
+    """The eligible documents of one batch as (record id, valid_to), by score desc then record id asc."""
+    valid_as_of, now_ms = query.valid_as_of, query.now_ms
+    entries = reader.index_entries(batch)
+    timely = [
+        (doc, entry)
+        for doc in batch
+        if (entry := entries.get(doc)) is not None
+        and posting_is_eligible(entry, valid_as_of=valid_as_of, now_ms=now_ms)
+    ]
+    rows = reader.eligibility([entry.record_id for _, entry in timely])
+    chosen = [
+        (-scores[doc], entry.record_id, entry.valid_to)
+        for doc, entry in timely
+        if (row := rows.get(entry.record_id)) is not None
+        and row_is_eligible(row, valid_as_of=valid_as_of, now_ms=now_ms)
+    ]
+    chosen.sort(key=lambda item: (item[0], item[1]))
+    return [(record_id, valid_to) for _, record_id, valid_to in chosen]

@@ -7,6 +7,7 @@ leaves no trace. Everything is partitioned by scope key.
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -20,10 +21,14 @@ from engram_memory.ports import (
     CandidateRow,
     IdempotencyRow,
     IndexedDocument,
+    IndexEntry,
     IndexStats,
     JournalEvent,
     Posting,
+    RecordEligibility,
     RecordRow,
+    TermPosting,
+    occurrence_key,
 )
 
 __all__ = ["InMemoryStore"]
@@ -39,6 +44,12 @@ class _Partition:
     confirmations: set[str] = attrs.Factory(set)
     documents: dict[str, IndexedDocument] = attrs.Factory(dict)
     postings: dict[str, dict[str, IndexedDocument]] = attrs.Factory(dict)
+    numbers: dict[str, int] = attrs.Factory(dict)
+    """Document number of each indexed record id."""
+    entries: dict[int, IndexEntry] = attrs.Factory(dict)
+    """Index entry of each document number."""
+    occurrences: dict[str, dict[int, str]] = attrs.Factory(dict)
+    """Per term: document number -> occurrence key (what ``term_postings`` returns)."""
     total_lengths: list[int] = attrs.Factory(lambda: [0] * len(FIELDS))
     doomed: set[str] = attrs.Factory(set)
 
@@ -97,6 +108,22 @@ class _View:
             for rid in sorted(docs)
         ]
 
+    def term_postings(self, term: str) -> Sequence[TermPosting]:
+        bucket = self._p.occurrences.get(term)
+        return list(bucket.items()) if bucket else []
+
+    def index_entries(self, documents: Sequence[int]) -> dict[int, IndexEntry]:
+        entries = self._p.entries
+        return {number: entries[number] for number in documents if number in entries}
+
+    def eligibility(self, record_ids: Sequence[str]) -> dict[str, RecordEligibility]:
+        records = self._p.records
+        return {
+            rid: RecordEligibility(row.state, row.trust_valid, row.valid_from, row.valid_to, row.expires_at_ms)
+            for rid in record_ids
+            if (row := records.get(rid)) is not None
+        }
+
     def indexed_ids(self) -> Iterator[str]:
         yield from sorted(self._p.documents)
 
@@ -107,9 +134,10 @@ class _View:
 class _Unit(_View):
     """A unit of work with an undo log."""
 
-    def __init__(self, partition: _Partition) -> None:
+    def __init__(self, partition: _Partition, numbers: Iterator[int]) -> None:
         super().__init__(partition)
         self.undo: list[Callable[[], None]] = []
+        self._numbers = numbers
 
     def _set(self, table: dict[str, CandidateRow] | dict[str, RecordRow], key: str, row: object) -> None:
         missing = key not in table
@@ -179,16 +207,29 @@ class _Unit(_View):
         for position, length in enumerate(document.lengths):
             self._p.total_lengths[position] += sign * length
         if sign > 0:
-            self._p.documents[rid] = document
-            for term in document.terms:
-                self._p.postings.setdefault(term, {})[rid] = document
+            self._add_document(document)
             return
         del self._p.documents[rid]
+        number = self._p.numbers.pop(rid)
+        del self._p.entries[number]
         for term in document.terms:
             bucket = self._p.postings[term]
             del bucket[rid]
             if not bucket:
                 del self._p.postings[term]
+            numbered = self._p.occurrences[term]
+            del numbered[number]
+            if not numbered:
+                del self._p.occurrences[term]
+
+    def _add_document(self, document: IndexedDocument) -> None:
+        rid, number = document.record_id, next(self._numbers)
+        self._p.documents[rid] = document
+        self._p.numbers[rid] = number
+        self._p.entries[number] = IndexEntry(rid, document.valid_from, document.valid_to, document.expires_at_ms)
+        for term, frequencies in document.terms.items():
+            self._p.postings.setdefault(term, {})[rid] = document
+            self._p.occurrences.setdefault(term, {})[number] = occurrence_key(frequencies, document.lengths)
 
     def doom_key(self, key_ref: str) -> None:
         self._add(self._p.doomed, key_ref)
@@ -210,6 +251,7 @@ class InMemoryStore:
         self._lock = threading.RLock()
         self._partitions: dict[str, _Partition] = {}
         self._secret = secret if secret is not None else secrets.token_bytes(32)
+        self._numbers = itertools.count(1)  # document numbers, unique across scopes
 
     def _partition(self, scope: str) -> _Partition:
         partition = self._partitions.get(scope)
@@ -227,7 +269,7 @@ class InMemoryStore:
     def write(self, scope: str) -> Iterator[_Unit]:
         """A unit of work on ``scope``; an exception rolls back every write of the unit."""
         with self._lock:
-            unit = _Unit(self._partition(scope))
+            unit = _Unit(self._partition(scope), self._numbers)
             try:
                 yield unit
             except BaseException:
