@@ -19,9 +19,10 @@ so this is the per-posting rule), and every hit's record row is checked once mor
 on the hits in score order, in batches, until the lexical list is full. The ranker never writes.
 
 **Exact and fast.** Each term's postings are ``(document number, occurrence key)`` pairs; the BM25F
-contribution of a key is computed once per query with :func:`~engram_memory.ranking.bm25f.field_score`
-(equal keys are equal inputs, so every float is the one the per-posting formula gives), and per
-document the term values are summed in term order as before.
+contribution of a key is computed once per term, from per-field terms computed once per query with
+:func:`~engram_memory.ranking.bm25f.field_score` and added in the same order (equal keys are equal
+inputs, so every float is the one the per-posting formula gives), and per document the term values
+are summed in term order as before.
 """
 
 from __future__ import annotations
@@ -134,24 +135,32 @@ def _bm25f(reader: StoreReader, query: RankingQuery) -> dict[int, float]:
     if not terms or documents <= 0:
         return scores
     averages = average_lengths(documents, stats.total_lengths)
-    contributions: dict[str, float] = {}
+    fields: dict[str, float] = {}
     for term in terms:
         postings = reader.term_postings(term)
         term_idf = idf(documents, len(postings)) if postings else 0.0
         if term_idf > 0:
-            _accumulate(scores, postings, _term_values(postings, term_idf, averages, contributions))
+            _accumulate(scores, postings, _term_values(postings, term_idf, averages, fields))
     return scores
 
 
 def _term_values(
-    postings: Sequence[TermPosting], term_idf: float, averages: Sequence[float], contributions: dict[str, float]
+    postings: Sequence[TermPosting], term_idf: float, averages: Sequence[float], fields: dict[str, float]
 ) -> dict[str, float]:
-    """``idf · field_score`` of each distinct occurrence key of one term (``field_score`` memoised per query)."""
+    """``idf · field_score`` of each distinct occurrence key of one term.
+
+    ``field_score`` adds ``w_f · sat_f`` over the key's fields in order, starting from ``0.0``; each
+    field's term is ``field_score`` of that field alone (``0.0 + x == x``), memoised in ``fields`` by
+    its ``field:tf:length`` part for the whole query, and added in the same order.
+    """
     values: dict[str, float] = {}
     for key in {key for _, key in postings}:
-        contribution = contributions.get(key)
-        if contribution is None:
-            contribution = contributions[key] = field_score(*occurrence_fields(key), averages)
+        contribution = 0.0
+        for part in key.split(","):
+            value = fields.get(part)
+            if value is None:
+                value = fields[part] = field_score(*occurrence_fields(part), averages)
+            contribution += value
         values[key] = term_idf * contribution
     return values
 
@@ -173,7 +182,9 @@ def _lexical_list(reader: StoreReader, scores: dict[int, float], query: RankingQ
     sorting each batch by (score desc, record id asc) yields the global order. Only scores above 0
     count (a key whose terms are absent from every field contributes 0).
     """
-    ranked = sorted((doc for doc, score in scores.items() if score > 0), key=scores.__getitem__, reverse=True)
+    ranked = sorted(scores, key=scores.__getitem__, reverse=True)
+    while ranked and scores[ranked[-1]] <= 0:
+        ranked.pop()
     lexical: list[tuple[str, int | None]] = []
     start = 0
     while start < len(ranked) and len(lexical) < CHANNEL_CAP:

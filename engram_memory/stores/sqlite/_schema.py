@@ -288,6 +288,11 @@ DROP TABLE postings;
 DROP TABLE documents;
 ALTER TABLE numbered_postings RENAME TO postings;
 ALTER TABLE numbered_documents RENAME TO documents;
+
+-- a search re-checks its hits' record rows: this index answers that without reading the (large) rows
+CREATE INDEX records_eligibility ON records (
+    scope_id, record_id, state, trust_valid, valid_from, valid_to, expires_at_ms
+)
 """,
 )
 
