@@ -42,7 +42,7 @@ __all__ = [
     "SealedEnvelope",
     "Store",
     "StoreReader",
-    "TermPosting",
+    "TermPostings",
     "UnitOfWork",
     "occurrence_fields",
     "occurrence_key",
@@ -168,12 +168,12 @@ class IndexStats:
     total_lengths: tuple[int, ...]
 
 
-TermPosting = tuple[int, str]
-"""``(document number, occurrence key)``: one indexed document of a scope holding a term.
+TermPostings = tuple[Sequence[str], Sequence[str]]
+"""``(document keys, occurrence keys)``: parallel sequences, one entry per indexed document holding a term.
 
-The document number is the store's handle of an index entry (see :meth:`StoreReader.index_entries`),
-stable while the document stays indexed; the occurrence key is :func:`occurrence_key` of the
-term's frequencies and the document's field lengths.
+A document key is the store's opaque handle of an index entry (see :meth:`StoreReader.index_entries`),
+unique among the scope's indexed documents and stable within a read view; the occurrence key is
+:func:`occurrence_key` of the term's frequencies and the document's field lengths.
 """
 
 
@@ -275,16 +275,16 @@ class StoreReader(Protocol):
         """Every indexed record of the scope containing ``term``, ordered by record id."""
         ...
 
-    def term_postings(self, term: str) -> Sequence[TermPosting]:
-        """``(document number, occurrence key)`` of every indexed document of the scope containing ``term``.
+    def term_postings(self, term: str) -> TermPostings:
+        """The document keys and occurrence keys of every indexed document of the scope containing ``term``.
 
-        The fast form of :meth:`postings` (one entry each, in no specified order): the same
+        The fast form of :meth:`postings` (one entry per document, in no specified order): the same
         documents, whose record ids and eligibility inputs :meth:`index_entries` resolves.
         """
         ...
 
-    def index_entries(self, documents: Sequence[int]) -> dict[int, IndexEntry]:
-        """The index entries of these document numbers; numbers not indexed in this scope are absent."""
+    def index_entries(self, documents: Sequence[str]) -> dict[str, IndexEntry]:
+        """The index entries of these document keys; keys not indexed in this scope are absent."""
         ...
 
     def eligibility(self, record_ids: Sequence[str]) -> dict[str, RecordEligibility]:

@@ -18,7 +18,7 @@ so this is the per-posting rule), and every hit's record row is checked once mor
 (``accepted_current``, trust valid, time), so a stale index entry can never surface. Both checks run
 on the hits in score order, in batches, until the lexical list is full. The ranker never writes.
 
-**Exact and fast.** Each term's postings are ``(document number, occurrence key)`` pairs; the BM25F
+**Exact and fast.** Each term's postings are parallel document keys and occurrence keys; the BM25F
 contribution of a key is computed once per term, from per-field terms computed once per query with
 :func:`~engram_memory.ranking.bm25f.field_score` and added in the same order (equal keys are equal
 inputs, so every float is the one the per-posting formula gives), and per document the term values
@@ -27,10 +27,10 @@ are summed in term order as before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-from engram_memory.ports import RankedHit, RankingQuery, StoreReader, TermPosting, occurrence_fields
+from engram_memory.ports import RankedHit, RankingQuery, StoreReader, occurrence_fields
 from engram_memory.ranking.bm25f import (
     BM25_B,
     BM25_K1,
@@ -121,8 +121,8 @@ class LexicalRanker:
         return hits[:CANDIDATE_CAP]
 
 
-def _bm25f(reader: StoreReader, query: RankingQuery) -> dict[int, float]:
-    """BM25F scores by document number of every indexed document holding a query term.
+def _bm25f(reader: StoreReader, query: RankingQuery) -> dict[str, float]:
+    """BM25F scores by document key of every indexed document holding a query term.
 
     Terms are de-duplicated and summed in first-occurrence order (the float sums are then those
     of the reference engine, which loops over documents and then over the distinct terms).
@@ -131,51 +131,55 @@ def _bm25f(reader: StoreReader, query: RankingQuery) -> dict[int, float]:
     terms = list(dict.fromkeys(query.terms))
     stats = reader.index_stats()
     documents = stats.documents
-    scores: dict[int, float] = {}
+    scores: dict[str, float] = {}
     if not terms or documents <= 0:
         return scores
     averages = average_lengths(documents, stats.total_lengths)
     fields: dict[str, float] = {}
     for term in terms:
-        postings = reader.term_postings(term)
-        term_idf = idf(documents, len(postings)) if postings else 0.0
+        keys, occurrences = reader.term_postings(term)
+        term_idf = idf(documents, len(keys)) if keys else 0.0
         if term_idf > 0:
-            _accumulate(scores, postings, _term_values(postings, term_idf, averages, fields))
+            _accumulate(scores, keys, map(_TermValues(term_idf, averages, fields).__getitem__, occurrences))
     return scores
 
 
-def _term_values(
-    postings: Sequence[TermPosting], term_idf: float, averages: Sequence[float], fields: dict[str, float]
-) -> dict[str, float]:
-    """``idf · field_score`` of each distinct occurrence key of one term.
+class _TermValues(dict[str, float]):
+    """``idf · field_score`` by occurrence key for one term, each computed on first use.
 
     ``field_score`` adds ``w_f · sat_f`` over the key's fields in order, starting from ``0.0``; each
     field's term is ``field_score`` of that field alone (``0.0 + x == x``), memoised in ``fields`` by
     its ``field:tf:length`` part for the whole query, and added in the same order.
     """
-    values: dict[str, float] = {}
-    for key in {key for _, key in postings}:
+
+    def __init__(self, term_idf: float, averages: Sequence[float], fields: dict[str, float]) -> None:
+        super().__init__()
+        self._idf = term_idf
+        self._averages = averages
+        self._fields = fields
+
+    def __missing__(self, key: str) -> float:
         contribution = 0.0
         for part in key.split(","):
-            value = fields.get(part)
+            value = self._fields.get(part)
             if value is None:
-                value = fields[part] = field_score(*occurrence_fields(part), averages)
+                value = self._fields[part] = field_score(*occurrence_fields(part), self._averages)
             contribution += value
-        values[key] = term_idf * contribution
-    return values
+        value = self[key] = self._idf * contribution
+        return value
 
 
-def _accumulate(scores: dict[int, float], postings: Sequence[TermPosting], values: dict[str, float]) -> None:
+def _accumulate(scores: dict[str, float], keys: Sequence[str], values: Iterator[float]) -> None:
     """Add one term's value to each document's score (``0.0 + v == v``, so a new entry starts at ``v``)."""
     if not scores:
-        scores.update({doc: values[key] for doc, key in postings})
+        scores.update(zip(keys, values, strict=True))
         return
     get = scores.get
-    for doc, key in postings:
-        scores[doc] = get(doc, 0.0) + values[key]
+    for key, value in zip(keys, values, strict=True):
+        scores[key] = get(key, 0.0) + value
 
 
-def _lexical_list(reader: StoreReader, scores: dict[int, float], query: RankingQuery) -> list[tuple[str, int | None]]:
+def _lexical_list(reader: StoreReader, scores: dict[str, float], query: RankingQuery) -> list[tuple[str, int | None]]:
     """The lexical channel: eligible hits by score desc then record id asc, capped; with each ``valid_to``.
 
     Documents are resolved in score order, in batches that never split a group of equal scores, so
@@ -194,7 +198,7 @@ def _lexical_list(reader: StoreReader, scores: dict[int, float], query: RankingQ
     return lexical[:CHANNEL_CAP]
 
 
-def _batch_end(ranked: list[int], scores: dict[int, float], start: int) -> int:
+def _batch_end(ranked: list[str], scores: dict[str, float], start: int) -> int:
     """The end of the batch starting at ``start``: ``_BATCH`` documents, extended over equal scores."""
     end = min(start + _BATCH, len(ranked))
     while end < len(ranked) and scores[ranked[end]] == scores[ranked[end - 1]]:
@@ -203,7 +207,7 @@ def _batch_end(ranked: list[int], scores: dict[int, float], start: int) -> int:
 
 
 def _eligible(
-    reader: StoreReader, batch: list[int], scores: dict[int, float], query: RankingQuery
+    reader: StoreReader, batch: list[str], scores: dict[str, float], query: RankingQuery
 ) -> list[tuple[str, int | None]]:
     """The eligible documents of one batch as (record id, valid_to), by score desc then record id asc."""
     valid_as_of, now_ms = query.valid_as_of, query.now_ms

@@ -7,7 +7,6 @@ leaves no trace. Everything is partitioned by scope key.
 
 from __future__ import annotations
 
-import itertools
 import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -27,7 +26,7 @@ from engram_memory.ports import (
     Posting,
     RecordEligibility,
     RecordRow,
-    TermPosting,
+    TermPostings,
     occurrence_key,
 )
 
@@ -44,12 +43,10 @@ class _Partition:
     confirmations: set[str] = attrs.Factory(set)
     documents: dict[str, IndexedDocument] = attrs.Factory(dict)
     postings: dict[str, dict[str, IndexedDocument]] = attrs.Factory(dict)
-    numbers: dict[str, int] = attrs.Factory(dict)
-    """Document number of each indexed record id."""
-    entries: dict[int, IndexEntry] = attrs.Factory(dict)
-    """Index entry of each document number."""
-    occurrences: dict[str, dict[int, str]] = attrs.Factory(dict)
-    """Per term: document number -> occurrence key (what ``term_postings`` returns)."""
+    entries: dict[str, IndexEntry] = attrs.Factory(dict)
+    """Index entry of each indexed record id (the document key of this store)."""
+    occurrences: dict[str, dict[str, str]] = attrs.Factory(dict)
+    """Per term: record id -> occurrence key (what ``term_postings`` returns)."""
     total_lengths: list[int] = attrs.Factory(lambda: [0] * len(FIELDS))
     doomed: set[str] = attrs.Factory(set)
 
@@ -108,13 +105,13 @@ class _View:
             for rid in sorted(docs)
         ]
 
-    def term_postings(self, term: str) -> Sequence[TermPosting]:
+    def term_postings(self, term: str) -> TermPostings:
         bucket = self._p.occurrences.get(term)
-        return list(bucket.items()) if bucket else []
+        return (list(bucket), list(bucket.values())) if bucket else ([], [])
 
-    def index_entries(self, documents: Sequence[int]) -> dict[int, IndexEntry]:
+    def index_entries(self, documents: Sequence[str]) -> dict[str, IndexEntry]:
         entries = self._p.entries
-        return {number: entries[number] for number in documents if number in entries}
+        return {rid: entries[rid] for rid in documents if rid in entries}
 
     def eligibility(self, record_ids: Sequence[str]) -> dict[str, RecordEligibility]:
         records = self._p.records
@@ -134,10 +131,9 @@ class _View:
 class _Unit(_View):
     """A unit of work with an undo log."""
 
-    def __init__(self, partition: _Partition, numbers: Iterator[int]) -> None:
+    def __init__(self, partition: _Partition) -> None:
         super().__init__(partition)
         self.undo: list[Callable[[], None]] = []
-        self._numbers = numbers
 
     def _set(self, table: dict[str, CandidateRow] | dict[str, RecordRow], key: str, row: object) -> None:
         missing = key not in table
@@ -210,26 +206,21 @@ class _Unit(_View):
             self._add_document(document)
             return
         del self._p.documents[rid]
-        number = self._p.numbers.pop(rid)
-        del self._p.entries[number]
+        del self._p.entries[rid]
         for term in document.terms:
-            bucket = self._p.postings[term]
-            del bucket[rid]
-            if not bucket:
-                del self._p.postings[term]
-            numbered = self._p.occurrences[term]
-            del numbered[number]
-            if not numbered:
-                del self._p.occurrences[term]
+            for index in (self._p.postings, self._p.occurrences):
+                bucket = index[term]
+                del bucket[rid]
+                if not bucket:
+                    del index[term]
 
     def _add_document(self, document: IndexedDocument) -> None:
-        rid, number = document.record_id, next(self._numbers)
+        rid = document.record_id
         self._p.documents[rid] = document
-        self._p.numbers[rid] = number
-        self._p.entries[number] = IndexEntry(rid, document.valid_from, document.valid_to, document.expires_at_ms)
+        self._p.entries[rid] = IndexEntry(rid, document.valid_from, document.valid_to, document.expires_at_ms)
         for term, frequencies in document.terms.items():
             self._p.postings.setdefault(term, {})[rid] = document
-            self._p.occurrences.setdefault(term, {})[number] = occurrence_key(frequencies, document.lengths)
+            self._p.occurrences.setdefault(term, {})[rid] = occurrence_key(frequencies, document.lengths)
 
     def doom_key(self, key_ref: str) -> None:
         self._add(self._p.doomed, key_ref)
@@ -251,7 +242,6 @@ class InMemoryStore:
         self._lock = threading.RLock()
         self._partitions: dict[str, _Partition] = {}
         self._secret = secret if secret is not None else secrets.token_bytes(32)
-        self._numbers = itertools.count(1)  # document numbers, unique across scopes
 
     def _partition(self, scope: str) -> _Partition:
         partition = self._partitions.get(scope)
@@ -269,7 +259,7 @@ class InMemoryStore:
     def write(self, scope: str) -> Iterator[_Unit]:
         """A unit of work on ``scope``; an exception rolls back every write of the unit."""
         with self._lock:
-            unit = _Unit(self._partition(scope), self._numbers)
+            unit = _Unit(self._partition(scope))
             try:
                 yield unit
             except BaseException:

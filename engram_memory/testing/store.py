@@ -104,12 +104,13 @@ def _document(
 
 
 def _resolved(reader: StoreReader, term: str) -> list[tuple[str, str, IndexEntry]]:
-    """``term_postings(term)`` with each document number resolved: (record id, occurrence key, entry), by id."""
-    postings = reader.term_postings(term)
-    numbers = [number for number, _ in postings]
-    assert len(set(numbers)) == len(numbers), "a document appears once per term"
-    entries = reader.index_entries(numbers)
-    return sorted((entries[number].record_id, key, entries[number]) for number, key in postings)
+    """``term_postings(term)`` with each document key resolved: (record id, occurrence key, entry), by id."""
+    keys, occurrences = reader.term_postings(term)
+    assert len(keys) == len(occurrences), "parallel sequences"
+    assert len(set(keys)) == len(keys), "a document appears once per term"
+    entries = reader.index_entries(keys)
+    resolved = zip(keys, occurrences, strict=True)
+    return sorted((entries[key].record_id, occurrence, entries[key]) for key, occurrence in resolved)
 
 
 def _run_unit(store: Store, scope: str, body: Callable[[UnitOfWork], None]) -> None:
@@ -530,7 +531,7 @@ class StoreConformance:
             assert [p.record_id for p in reader.postings("gamma")] == ["mem_c"]
             assert list(reader.postings("absent")) == []
 
-    def test_term_postings_are_the_postings_by_document_number(self, store: Store) -> None:
+    def test_term_postings_are_the_postings_by_document_key(self, store: Store) -> None:
         """``term_postings`` resolved by ``index_entries`` says what ``postings`` says, term by term."""
         documents = [
             _document("mem_b", {"alpha": _freq(primary=2), "beta": _freq(context=1)}, valid_to=9_000),
@@ -541,7 +542,7 @@ class StoreConformance:
             for document in documents:
                 unit.index_document(document)
         with store.read(SCOPE_A) as reader:
-            numbers: dict[str, set[int]] = {}
+            held: dict[str, set[str]] = {}
             for term in ("alpha", "beta", "gamma", "absent"):
                 resolved = _resolved(reader, term)
                 postings = list(reader.postings(term))
@@ -552,43 +553,43 @@ class StoreConformance:
                     assert entry == IndexEntry(
                         posting.record_id, posting.valid_from, posting.valid_to, posting.expires_at_ms
                     )
-                for number, _ in reader.term_postings(term):
-                    numbers.setdefault(reader.index_entries([number])[number].record_id, set()).add(number)
-            assert all(len(held) == 1 for held in numbers.values()), "one number per document in a view"
-            assert set(numbers) == {"mem_a", "mem_b", "mem_c"}
+                for key in reader.term_postings(term)[0]:
+                    held.setdefault(reader.index_entries([key])[key].record_id, set()).add(key)
+            assert all(len(keys) == 1 for keys in held.values()), "one key per document in a view"
+            assert set(held) == {"mem_a", "mem_b", "mem_c"}
 
-    def test_index_entries_skip_unknown_numbers_and_batch(self, store: Store) -> None:
-        """Unknown numbers are absent, duplicates are harmless, and long lists (> 500) are served whole."""
+    def test_index_entries_skip_unknown_keys_and_batch(self, store: Store) -> None:
+        """Unknown keys are absent, duplicates are harmless, and long lists (> 500) are served whole."""
         with store.write(SCOPE_A) as unit:
             for index in range(1_200):
                 unit.index_document(_document(f"mem_{index:04d}", {"bulk": _freq(primary=1 + index % 3)}))
         with store.read(SCOPE_A) as reader:
-            postings = reader.term_postings("bulk")
-            numbers = [number for number, _ in postings]
-            assert len(numbers) == 1_200
-            unknown = max(numbers) + 1_000
-            entries = reader.index_entries([unknown, *numbers, numbers[0]])
-            assert unknown not in entries
-            assert set(entries) == set(numbers)
+            keys, occurrences = reader.term_postings("bulk")
+            assert len(keys) == 1_200
+            unknown = ["", "mem_never", "99999999", "-1", "1e3", "not a key"]
+            entries = reader.index_entries([*unknown, *keys, keys[0]])
+            assert set(entries) == set(keys)
             assert sorted(entry.record_id for entry in entries.values()) == [f"mem_{i:04d}" for i in range(1_200)]
             assert reader.index_entries([]) == {}
-            assert {key for _, key in postings} == {"0:1:1", "0:2:2", "0:3:3"}
+            assert reader.index_entries(unknown) == {}
+            assert set(occurrences) == {"0:1:1", "0:2:2", "0:3:3"}
 
-    def test_unindexed_numbers_no_longer_resolve(self, store: Store) -> None:
-        """After ``unindex`` (or re-indexing) a removed document's number resolves to nothing in this scope."""
+    def test_unindexed_keys_no_longer_resolve(self, store: Store) -> None:
+        """After ``unindex`` (or re-indexing) a removed document's key resolves to nothing in this scope."""
         with store.write(SCOPE_A) as unit:
             unit.index_document(_document("mem_a", {"old": _freq(primary=1)}))
             unit.index_document(_document("mem_b", {"old": _freq(context=2)}))
         with store.read(SCOPE_A) as reader:
-            before = dict(reader.term_postings("old"))
+            before = list(reader.term_postings("old")[0])
         with store.write(SCOPE_A) as unit:
             unit.unindex("mem_a")
             unit.index_document(_document("mem_b", {"new": _freq(decision=1)}))
         with store.read(SCOPE_A) as reader:
-            assert reader.term_postings("old") == []
+            assert [list(keys) for keys in reader.term_postings("old")] == [[], []]
             assert [record_id for record_id, _, _ in _resolved(reader, "new")] == ["mem_b"]
-            live = {number for number, _ in reader.term_postings("new")}
-            stale = [number for number in before if number not in live]
+            live = set(reader.term_postings("new")[0])
+            stale = [key for key in before if key not in live]
+            assert stale
             assert reader.index_entries(stale) == {}
 
     def test_eligibility_reports_every_row_as_it_is(self, store: Store) -> None:
@@ -614,18 +615,18 @@ class StoreConformance:
         with store.read(SCOPE_B) as reader:
             assert reader.eligibility([row.record_id for row in rows]) == {}
 
-    def test_index_numbers_of_one_scope_resolve_in_no_other(self, store: Store) -> None:
-        """Document numbers read in scope A resolve to nothing in scopes B and C."""
+    def test_index_keys_of_one_scope_resolve_in_no_other(self, store: Store) -> None:
+        """Document keys read in scope A resolve to nothing in scopes B and C."""
         with store.write(SCOPE_A) as unit:
             unit.index_document(_document("mem_a", {"shared": _freq(primary=1)}))
         with store.write(SCOPE_B) as unit:
             unit.index_document(_document("mem_b", {"shared": _freq(primary=1)}))
         with store.read(SCOPE_A) as reader:
-            numbers = [number for number, _ in reader.term_postings("shared")]
-            assert [entry.record_id for entry in reader.index_entries(numbers).values()] == ["mem_a"]
+            keys = reader.term_postings("shared")[0]
+            assert [entry.record_id for entry in reader.index_entries(keys).values()] == ["mem_a"]
         for other in (SCOPE_B, SCOPE_C):
             with store.read(other) as reader:
-                assert reader.index_entries(numbers) == {}
+                assert reader.index_entries(keys) == {}
 
     def test_reindexing_a_record_replaces_its_entry(self, store: Store) -> None:
         """Indexing the same record again drops its old terms and does not double-count."""
