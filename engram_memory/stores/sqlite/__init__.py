@@ -8,11 +8,11 @@ Layout (see :mod:`._schema` for the DDL): scopes are interned to a small integer
 idempotency rows, candidates and records are ordinary tables keyed by (scope, id); tombstones,
 consumed confirmations and doomed keys are ``WITHOUT ROWID`` key-only tables. The lexical index
 lives in the same database and is updated in the same transaction as the state: a ``documents``
-table that numbers each indexed record (an ``INTEGER PRIMARY KEY``) and holds its field lengths, its
-eligibility inputs and the list of its term keys (for ``unindex``); a ``postings`` table clustered
-on (scope, term key, document number) whose rows carry only the occurrence key
-(``field:tf:length`` of the fields holding the term), so a term's postings are one range scan of
-small rows; and a per-scope ``index_stats`` row maintained incrementally.
+table that numbers each indexed record (an ``INTEGER PRIMARY KEY``) and holds its field lengths and
+eligibility inputs; a ``document_terms`` table with the list of each document's term keys (for
+``unindex``); a ``postings`` table clustered on (scope, term key, document number) whose rows carry
+only the occurrence key (``field:tf:length`` of the fields holding the term), so a term's postings
+are one range scan of small rows; and a per-scope ``index_stats`` row maintained incrementally.
 
 Terms are never stored in clear: the postings key is a keyed BLAKE2b digest (16 bytes) of the term
 under a key derived from the store secret. A term is distinctive content, and a B-tree keeps copies
@@ -525,20 +525,15 @@ class _Unit(_View):
         keyed = sorted((term_key(term), occurrence_key(tf, lengths)) for term, tf in document.terms.items())
         conn = self._live()
         cursor = conn.execute(
-            f"INSERT INTO documents (scope_id, record_id, {_LENGTHS}, valid_from, valid_to, expires_at_ms,"  # noqa: S608
-            " term_count, term_keys) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                sid,
-                document.record_id,
-                *lengths,
-                document.valid_from,
-                document.valid_to,
-                document.expires_at_ms,
-                len(keyed),
-                b"".join(key for key, _ in keyed),
-            ),
+            f"INSERT INTO documents (scope_id, record_id, {_LENGTHS}, valid_from, valid_to, expires_at_ms)"  # noqa: S608
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (sid, document.record_id, *lengths, document.valid_from, document.valid_to, document.expires_at_ms),
         )
         doc = cursor.lastrowid
+        conn.execute(
+            "INSERT INTO document_terms (doc, term_count, term_keys) VALUES (?, ?, ?)",
+            (doc, len(keyed), b"".join(key for key, _ in keyed)),
+        )
         conn.executemany(
             "INSERT INTO postings (scope_id, term, doc, occurrence) VALUES (?, ?, ?, ?)",
             [(sid, key, doc, occurrence) for key, occurrence in keyed],
@@ -556,7 +551,8 @@ class _Unit(_View):
             return
         conn = self._live()
         row = conn.execute(
-            f"SELECT doc, {_LENGTHS}, term_keys FROM documents WHERE scope_id = ? AND record_id = ?",  # noqa: S608
+            f"SELECT d.doc, {_DOC_LENGTHS}, t.term_keys FROM documents AS d"  # noqa: S608
+            " JOIN document_terms AS t ON t.doc = d.doc WHERE d.scope_id = ? AND d.record_id = ?",
             (sid, record_id),
         ).fetchone()
         if row is None:
@@ -566,6 +562,7 @@ class _Unit(_View):
             "DELETE FROM postings WHERE scope_id = ? AND term = ? AND doc = ?",
             [(sid, keys[i : i + _TERM_BYTES], doc) for i in range(0, len(keys), _TERM_BYTES)],
         )
+        conn.execute("DELETE FROM document_terms WHERE doc = ?", (doc,))
         conn.execute("DELETE FROM documents WHERE doc = ?", (doc,))
         conn.execute(_UNINDEX_STATS, (*lengths, sid))
 

@@ -230,7 +230,8 @@ _NUMBERED_INDEX_V3 = Migration(
     3,
     "numbered-lexical-index",
     """
--- documents get a number (an INTEGER PRIMARY KEY, which VACUUM keeps) and hold the eligibility inputs once
+-- documents get a number (an INTEGER PRIMARY KEY, which VACUUM keeps) and hold the eligibility inputs once;
+-- their term keys (only unindex reads them) live apart, so a search's lookups read small rows
 CREATE TABLE numbered_documents (
     doc INTEGER PRIMARY KEY,
     scope_id INTEGER NOT NULL REFERENCES scopes (scope_id),
@@ -243,26 +244,35 @@ CREATE TABLE numbered_documents (
     valid_from INTEGER NOT NULL,
     valid_to INTEGER,
     expires_at_ms INTEGER,
-    term_count INTEGER NOT NULL,
-    term_keys BLOB NOT NULL,
     UNIQUE (scope_id, record_id)
+) STRICT;
+
+-- the concatenated term keys (16 bytes each) of a document's postings, for unindex
+CREATE TABLE document_terms (
+    doc INTEGER PRIMARY KEY,
+    term_count INTEGER NOT NULL,
+    term_keys BLOB NOT NULL
 ) STRICT;
 
 -- the eligibility inputs of a document are those copied into its postings (every copy is the same).
 -- A document without terms has no posting: its record row supplies them.
 INSERT INTO numbered_documents (
     scope_id, record_id, len_primary, len_decision, len_evidence, len_context, len_citations,
-    valid_from, valid_to, expires_at_ms, term_count, term_keys
+    valid_from, valid_to, expires_at_ms
 )
 SELECT d.scope_id, d.record_id, d.len_primary, d.len_decision, d.len_evidence, d.len_context, d.len_citations,
        coalesce(p.valid_from, r.valid_from, 0),
        iif(p.record_id IS NULL, r.valid_to, p.valid_to),
-       iif(p.record_id IS NULL, r.expires_at_ms, p.expires_at_ms),
-       d.term_count, d.term_keys
+       iif(p.record_id IS NULL, r.expires_at_ms, p.expires_at_ms)
 FROM documents AS d
 LEFT JOIN postings AS p ON p.scope_id = d.scope_id AND p.term = substr(d.term_keys, 1, 16) AND p.record_id = d.record_id
 LEFT JOIN records AS r ON r.scope_id = d.scope_id AND r.record_id = d.record_id
 ORDER BY d.scope_id, d.record_id;
+
+INSERT INTO document_terms (doc, term_count, term_keys)
+SELECT n.doc, d.term_count, d.term_keys
+FROM documents AS d
+JOIN numbered_documents AS n ON n.scope_id = d.scope_id AND n.record_id = d.record_id;
 
 -- a posting is (scope, term key, document number) and the occurrence key "field:tf:length,..." of the
 -- fields holding the term (ports.occurrence_key): no record id, no per-field columns
