@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 import attrs
 
@@ -26,6 +26,7 @@ __all__ = [
     "CaptureConstraints",
     "Clock",
     "IdempotencyRow",
+    "IndexEntry",
     "IndexStats",
     "IndexedDocument",
     "JournalEvent",
@@ -35,12 +36,16 @@ __all__ = [
     "RankedHit",
     "Ranker",
     "RankingQuery",
+    "RecordEligibility",
     "RecordRow",
     "RecordState",
     "SealedEnvelope",
     "Store",
     "StoreReader",
+    "TermPostings",
     "UnitOfWork",
+    "occurrence_fields",
+    "occurrence_key",
 ]
 
 FIELDS: tuple[str, ...] = ("primary", "decision", "evidence", "context", "citations")
@@ -163,6 +168,59 @@ class IndexStats:
     total_lengths: tuple[int, ...]
 
 
+TermPostings = tuple[Sequence[str], Sequence[str]]
+"""``(document keys, occurrence keys)``: parallel sequences, one entry per indexed document holding a term.
+
+A document key is the store's opaque handle of an index entry (see :meth:`StoreReader.index_entries`),
+unique among the scope's indexed documents and stable within a read view; the occurrence key is
+:func:`occurrence_key` of the term's frequencies and the document's field lengths.
+"""
+
+
+def occurrence_key(frequencies: Sequence[int], lengths: Sequence[int]) -> str:
+    """``field:tf:length`` for every field where the term occurs (``tf > 0``), in :data:`FIELDS` order.
+
+    Positions are 0-based indexes into :data:`FIELDS`; parts are comma-separated, e.g. ``"0:2:13,3:1:40"``
+    (``""`` when every frequency is 0). Equal keys mean equal scoring inputs, so a ranker may memoise
+    by key.
+    """
+    return ",".join(
+        f"{position}:{tf}:{length}"
+        for position, (tf, length) in enumerate(zip(frequencies, lengths, strict=True))
+        if tf > 0
+    )
+
+
+def occurrence_fields(key: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The per-field frequencies and lengths of an :func:`occurrence_key` (``0`` where the term is absent)."""
+    frequencies = [0] * len(FIELDS)
+    lengths = [0] * len(FIELDS)
+    for part in key.split(",") if key else ():
+        position, tf, length = (int(value) for value in part.split(":"))
+        frequencies[position] = tf
+        lengths[position] = length
+    return tuple(frequencies), tuple(lengths)
+
+
+class IndexEntry(NamedTuple):
+    """An indexed document: its record id and the eligibility inputs copied into the index."""
+
+    record_id: str
+    valid_from: int
+    valid_to: int | None
+    expires_at_ms: int | None
+
+
+class RecordEligibility(NamedTuple):
+    """The eligibility inputs of a record row (see :class:`RecordRow`), without its body."""
+
+    state: RecordState
+    trust_valid: bool
+    valid_from: int
+    valid_to: int | None
+    expires_at_ms: int | None
+
+
 # --------------------------------------------------------------------------- Store
 
 
@@ -215,6 +273,22 @@ class StoreReader(Protocol):
 
     def postings(self, term: str) -> Sequence[Posting]:
         """Every indexed record of the scope containing ``term``, ordered by record id."""
+        ...
+
+    def term_postings(self, term: str) -> TermPostings:
+        """The document keys and occurrence keys of every indexed document of the scope containing ``term``.
+
+        The fast form of :meth:`postings` (one entry per document, in no specified order): the same
+        documents, whose record ids and eligibility inputs :meth:`index_entries` resolves.
+        """
+        ...
+
+    def index_entries(self, documents: Sequence[str]) -> dict[str, IndexEntry]:
+        """The index entries of these document keys; keys not indexed in this scope are absent."""
+        ...
+
+    def eligibility(self, record_ids: Sequence[str]) -> dict[str, RecordEligibility]:
+        """The eligibility inputs of these record rows; ids with no row in this scope are absent."""
         ...
 
     def indexed_ids(self) -> Iterator[str]:

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from engram_memory.canonical import Domain, digest
 from engram_memory.context import scope_key
-from engram_memory.ports import IndexedDocument, RankingQuery, RecordRow, SealedEnvelope
+from engram_memory.ports import (
+    IndexedDocument,
+    RankingQuery,
+    RecordRow,
+    SealedEnvelope,
+    Store,
+    occurrence_fields,
+    occurrence_key,
+)
 from engram_memory.ranking.bm25f import (
     average_lengths,
     combined_score,
@@ -17,8 +26,10 @@ from engram_memory.ranking.bm25f import (
     recency,
     rrf_normalised,
 )
+from engram_memory.ranking.eligibility import posting_is_eligible, row_is_eligible
 from engram_memory.ranking.lexical import LexicalRanker
 from engram_memory.stores.memory import InMemoryStore
+from engram_memory.stores.sqlite import SQLiteStore
 from engram_memory.testing.ranker import RankerConformance
 
 NOW = 1_767_225_600_000
@@ -171,3 +182,96 @@ def test_not_yet_valid_documents_count_in_the_statistics() -> None:
         _admit(store, scope, f"mem_future{index:02d}", ("common", "pad", "pad"), valid_from=NOW + DAY)
     ranked = [record_id for record_id, _ in _rank(store, scope, "rare", "common")]
     assert ranked == ["mem_a", "mem_b"]
+
+
+# --------------------------------------------------------------------------- the fast path is the plain algorithm
+
+
+def test_occurrence_keys_round_trip() -> None:
+    assert occurrence_key((2, 0, 0, 1, 0), (13, 4, 0, 40, 0)) == "0:2:13,3:1:40"
+    assert occurrence_fields("0:2:13,3:1:40") == ((2, 0, 0, 1, 0), (13, 0, 0, 40, 0))
+    assert occurrence_key((0,) * 5, (3,) * 5) == ""
+    assert occurrence_fields("") == ((0,) * 5, (0,) * 5)
+    assert occurrence_key((0, 0, 0, 0, 120), (0, 0, 0, 0, 70_000)) == "4:120:70000"
+
+
+def _row(record_id: str, *, state: str, trusted: bool, **times: int) -> RecordRow:
+    return RecordRow(
+        record_id=record_id,
+        state=state,  # type: ignore[arg-type]
+        record_digest="sha256:" + "0" * 64,
+        payload_digest="sha256:" + "1" * 64,
+        sealed=_seal(),
+        recorded_cursor=1,
+        accepted_cursor=1,
+        valid_from=NOW - 3 * DAY,
+        valid_to=times.get("valid_to"),
+        expires_at_ms=times.get("expires_at_ms"),
+        trust_valid=trusted,
+    )
+
+
+def _indexed(record_id: str, words: tuple[str, ...], **times: int) -> IndexedDocument:
+    counts = {word: words.count(word) for word in words}
+    return IndexedDocument(
+        record_id=record_id,
+        lengths=(len(words), 0, 0, 1, 0),
+        terms={word: (count, 0, 0, count % 2, 0) for word, count in counts.items()},
+        valid_from=NOW - 3 * DAY,
+        valid_to=times.get("valid_to"),
+        expires_at_ms=times.get("expires_at_ms"),
+    )
+
+
+def _plain_rank(store: Store, scope: str, query: RankingQuery) -> list[tuple[str, float, float, float]]:
+    """The ranking as first written: per posting (``postings``), a full sort, one ``record`` per hit."""
+    with store.read(scope) as reader:
+        stats = reader.index_stats()
+        averages = average_lengths(stats.documents, stats.total_lengths)
+        scores: dict[str, float] = {}
+        valid_to: dict[str, int | None] = {}
+        for term in dict.fromkeys(query.terms):
+            postings = reader.postings(term)
+            term_idf = idf(stats.documents, len(postings)) if postings else 0.0
+            for posting in postings if term_idf > 0 else ():
+                if posting_is_eligible(posting, valid_as_of=query.valid_as_of, now_ms=query.now_ms):
+                    contribution = field_score(posting.frequencies, posting.lengths, averages)
+                    scores[posting.record_id] = scores.get(posting.record_id, 0.0) + term_idf * contribution
+                    valid_to[posting.record_id] = posting.valid_to
+        listed = []
+        for record_id, _ in sorted(scores.items(), key=lambda item: (-item[1], item[0])):
+            row = reader.record(record_id)
+            if row is not None and row_is_eligible(row, valid_as_of=query.valid_as_of, now_ms=query.now_ms):
+                listed.append(record_id)
+    hits = []
+    for record_id, lexical in zip(listed[:2000], rrf_normalised(len(listed[:2000])), strict=True):
+        value = recency(valid_to[record_id], query.valid_as_of)
+        hits.append((record_id, combined_score(lexical, value), value, lexical))
+    return sorted(hits, key=lambda hit: (-hit[1], -hit[2], hit[0]))[:2000]
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_batched_ranking_equals_the_plain_algorithm(backend: str, tmp_path: Path) -> None:
+    """Thousands of hits, long runs of equal scores across batch borders, ineligible rows mixed in."""
+    store: Store = InMemoryStore() if backend == "memory" else SQLiteStore(tmp_path / "rank.db")
+    scope = scope_key("tenant-batch", "workspace-1")
+    try:
+        with store.write(scope) as unit:
+            for index in range(2_600):
+                record_id = f"mem_{(index * 7919) % 2_600:05d}"
+                words = ("common", "rare") if index % 5 == 0 else ("common", "filler", "filler")[: 2 + index % 3 // 2]
+                times = {"valid_to": NOW - DAY} if index % 13 == 0 else {}
+                if index % 11 == 0:
+                    times["expires_at_ms"] = NOW - 1
+                state = "historical" if index % 19 == 0 else "accepted_current"  # a stale index entry
+                unit.put_record(_row(record_id, state=state, trusted=index % 17 != 0, **times))
+                unit.index_document(_indexed(record_id, words, **times))
+        ranker = LexicalRanker()
+        for terms in (("common",), ("rare", "common"), ("filler", "rare"), ("absent",)):
+            query = RankingQuery(terms=terms, valid_as_of=NOW, now_ms=NOW)
+            with store.read(scope) as reader:
+                fast = [(h.record_id, h.score, h.recency, h.lexical) for h in ranker.rank(reader, query)]
+            assert fast == _plain_rank(store, scope, query)
+            assert len(fast) <= 2000
+    finally:
+        store.close()

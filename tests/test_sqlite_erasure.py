@@ -238,8 +238,16 @@ class _Scenario:
         assert self.files.holding(gone) == []
         sql = "SELECT state, key_ref, nonce, ciphertext FROM records WHERE record_id = ?"
         assert _raw_row(self.db, sql, self.forgotten) == ("tombstoned", None, None, None)
-        assert _raw_row(self.db, "SELECT count(*) FROM postings WHERE record_id = ?", self.forgotten) == (0,)
         assert _raw_row(self.db, "SELECT count(*) FROM documents WHERE record_id = ?", self.forgotten) == (0,)
+        orphans = (
+            "SELECT (SELECT count(*) FROM postings WHERE doc NOT IN (SELECT doc FROM documents)),"
+            " (SELECT count(*) FROM document_terms WHERE doc NOT IN (SELECT doc FROM documents))"
+        )
+        assert _raw_row(self.db, orphans) == (0, 0)  # no posting or term list outlives its document
+        counts = "SELECT (SELECT count(*) FROM postings), (SELECT sum(term_count) FROM document_terms)"
+        held = _raw_row(self.db, counts)
+        assert held is not None
+        assert held[0] == held[1]
         scope = BINDING.scope
         for envelope, context in (
             (self.record_envelope, record_context(scope, self.forgotten)),

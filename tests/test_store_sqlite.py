@@ -38,10 +38,12 @@ from engram_memory.ports import (
     IndexedDocument,
     IndexStats,
     JournalEvent,
+    RankingQuery,
     RecordRow,
     SealedEnvelope,
     Store,
 )
+from engram_memory.ranking.lexical import LexicalRanker
 from engram_memory.stores import sqlite as sqlite_store
 from engram_memory.stores.memory import InMemoryStore
 from engram_memory.stores.sqlite import MigrationLedgerError, SchemaVersionError, SQLiteStore, _errors, _schema
@@ -765,7 +767,7 @@ def test_several_processes_share_one_file(db_path: Path) -> None:
 
 
 def test_new_database_is_at_the_latest_version_with_a_ledger(sqlite: SQLiteStore, db_path: Path) -> None:
-    assert sqlite.schema_version() == _schema.STORE_SCHEMA.latest == 2
+    assert sqlite.schema_version() == _schema.STORE_SCHEMA.latest == 3
     raw = sqlite3.connect(db_path)
     try:
         ledger = raw.execute("SELECT version, name, checksum FROM schema_migrations ORDER BY version").fetchall()
@@ -792,7 +794,7 @@ def test_an_older_database_is_upgraded_on_open(db_path: Path) -> None:
         raw.close()
     backend = SQLiteStore(db_path)
     try:
-        assert backend.schema_version() == 2
+        assert backend.schema_version() == 3
         with backend.read(SCOPE) as reader:
             assert [e.event_digest for e in reader.events()] == ["sha256:e1"]
             assert reader.candidate("c1") == candidate("c1", "rejected", record_digest="sha256:r")
@@ -804,10 +806,132 @@ def test_an_older_database_is_upgraded_on_open(db_path: Path) -> None:
         backend.close()
 
 
+_V2_VOCABULARY = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa")
+_V2_STATS = (
+    "INSERT INTO index_stats VALUES (?, 1, ?, ?, ?, ?, ?) ON CONFLICT (scope_id) DO UPDATE SET"  # noqa: S608 - constants
+    " documents = documents + 1, " + ", ".join(f"total_{f} = total_{f} + excluded.total_{f}" for f in FIELDS)
+)
+
+
+def _v2_corpus(seed: int) -> list[tuple[RecordRow | None, IndexedDocument]]:
+    """Record rows and index documents with every eligibility case (a row may be missing)."""
+    rng = random.Random(seed)  # noqa: S311 - a reproducible corpus
+    items: list[tuple[RecordRow | None, IndexedDocument]] = []
+    for index in range(60):
+        rid = f"mem_{rng.getrandbits(64):016x}"
+        terms = {word: tuple(rng.choice((0, 0, 0, 1, 2, 5)) for _ in FIELDS) for word in rng.sample(_V2_VOCABULARY, 4)}
+        terms = {word: tf for word, tf in terms.items() if any(tf)} if index % 17 else {}
+        lengths = tuple(sum(tf[i] for tf in terms.values()) + rng.randrange(0, 9) for i in range(len(FIELDS)))
+        doc = IndexedDocument(
+            record_id=rid,
+            lengths=lengths,
+            terms=terms,
+            valid_from=rng.choice((5, 5, 5, 900)),
+            valid_to=rng.choice((None, None, 400, 600)),
+            expires_at_ms=rng.choice((None, None, 700)),
+        )
+        row = record(
+            rid,
+            state=rng.choice(("accepted_current",) * 5 + ("historical",)),
+            trust_valid=rng.random() > 0.1,
+            valid_from=doc.valid_from,
+            valid_to=doc.valid_to,
+            expires_at_ms=doc.expires_at_ms,
+        )
+        items.append((None if index % 23 == 5 else row, doc))
+    return items
+
+
+def _write_v2_index(conn: sqlite3.Connection, term_keys: dict[str, bytes], scope_id: int, doc: IndexedDocument) -> None:
+    """Index ``doc`` into the version-2 tables exactly as the version-2 store wrote it."""
+    keyed = sorted((term_keys[term], tf) for term, tf in doc.terms.items())
+    tail = (*doc.lengths, doc.valid_from, doc.valid_to, doc.expires_at_ms)
+    conn.executemany(
+        "INSERT INTO postings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(scope_id, key, doc.record_id, *tf, *tail) for key, tf in keyed],
+    )
+    conn.execute(
+        "INSERT INTO documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (scope_id, doc.record_id, *doc.lengths, len(keyed), b"".join(key for key, _ in keyed)),
+    )
+    conn.execute(_V2_STATS, (scope_id, *doc.lengths))
+
+
+def _ranked(backend: Store, scope: str, queries: list[tuple[str, ...]]) -> list[list[Any]]:
+    ranker = LexicalRanker()
+    with backend.read(scope) as reader:
+        return [
+            [(h.record_id, h.score.hex(), h.recency.hex(), h.lexical.hex()) for h in ranker.rank(reader, query)]
+            for query in (RankingQuery(terms=terms, valid_as_of=500, now_ms=650) for terms in queries)
+        ]
+
+
+def _build_v2_file(path: Path, corpora: dict[str, list[tuple[RecordRow | None, IndexedDocument]]]) -> None:
+    """A version-2 file: schema and state through a v2-only store, index rows as version 2 wrote them."""
+    v2_only = attrs.evolve(_schema.STORE_SCHEMA, migrations=_schema.STORE_SCHEMA.migrations[:2])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sqlite_store, "STORE_SCHEMA", v2_only)
+        with SQLiteStore(path) as old:
+            assert old.schema_version() == 2
+            term_keys = {word: old._term_key(word) for word in _V2_VOCABULARY}
+            for scope, items in corpora.items():
+                with old.write(scope) as unit:
+                    unit.append_event(event(1, scope))
+                    for row in (row for row, _ in items if row is not None):
+                        unit.put_record(row)
+    raw = sqlite3.connect(path, isolation_level=None)
+    try:
+        raw.execute("BEGIN")
+        for scope_id, items in enumerate(corpora.values(), start=1):
+            for _, doc in items:
+                _write_v2_index(raw, term_keys, scope_id, doc)
+        raw.execute("COMMIT")
+    finally:
+        raw.close()
+
+
+def _load(backend: Store, corpora: dict[str, list[tuple[RecordRow | None, IndexedDocument]]]) -> Store:
+    for scope, items in corpora.items():
+        with backend.write(scope) as unit:
+            unit.append_event(event(1, scope))
+            for row, doc in items:
+                if row is not None:
+                    unit.put_record(row)
+                unit.index_document(doc)
+    return backend
+
+
+def test_a_version_2_index_migrates_and_searches_identically(db_path: Path) -> None:
+    corpora = {SCOPE: _v2_corpus(1), OTHER: _v2_corpus(2)}
+    _build_v2_file(db_path, corpora)
+    reference = _load(InMemoryStore(), corpora)
+    fresh = _load(SQLiteStore(db_path.with_name("fresh.db")), corpora)
+    rng = random.Random(3)  # noqa: S311 - reproducible queries
+    queries = [tuple(rng.sample(_V2_VOCABULARY, rng.randrange(1, 4))) for _ in range(12)]
+    queries.append(("alpha", "alpha", "absent"))
+    migrated = SQLiteStore(db_path)
+    try:
+        assert migrated.schema_version() == 3
+        for backend in (migrated, fresh):
+            for scope in corpora:
+                assert snapshot(backend, scope, _V2_VOCABULARY) == snapshot(reference, scope, _V2_VOCABULARY)
+                assert _ranked(backend, scope, queries) == _ranked(reference, scope, queries)
+        assert all(_ranked(reference, SCOPE, queries)[:12])
+        for backend in (migrated, reference):  # and the migrated index keeps working
+            with backend.write(SCOPE) as unit:
+                unit.unindex(corpora[SCOPE][0][1].record_id)
+                unit.index_document(document("mem_new", {"alpha": (1, 0, 2, 0, 0)}))
+        assert snapshot(migrated, SCOPE, _V2_VOCABULARY) == snapshot(reference, SCOPE, _V2_VOCABULARY)
+        assert _ranked(migrated, SCOPE, queries) == _ranked(reference, SCOPE, queries)
+    finally:
+        migrated.close()
+        fresh.close()
+
+
 def test_a_newer_database_is_refused(db_path: Path) -> None:
     SQLiteStore(db_path).close()
     raw = sqlite3.connect(db_path)
-    raw.execute("PRAGMA user_version = 3")
+    raw.execute("PRAGMA user_version = 4")
     raw.close()
     with pytest.raises(SchemaVersionError) as caught:
         SQLiteStore(db_path)
@@ -815,7 +939,7 @@ def test_a_newer_database_is_refused(db_path: Path) -> None:
     assert isinstance(error, EngramError)
     assert error.code is ErrorCode.MIGRATION_LEDGER_INVALID
     assert not error.retriable
-    assert (error.found, error.supported) == (3, 2)
+    assert (error.found, error.supported) == (4, 3)
     assert "newer" in " ".join(error.__notes__)
 
 
@@ -845,7 +969,7 @@ def test_a_failing_migration_leaves_the_file_unchanged(db_path: Path, monkeypatc
         application_id=_schema.STORE_APPLICATION_ID,
         migrations=(
             *_schema.STORE_SCHEMA.migrations,
-            _schema.Migration(3, "broken", "CREATE TABLE half_done (x INTEGER) STRICT; THIS IS NOT SQL"),
+            _schema.Migration(4, "broken", "CREATE TABLE half_done (x INTEGER) STRICT; THIS IS NOT SQL"),
         ),
     )
     monkeypatch.setattr(sqlite_store, "STORE_SCHEMA", broken)
@@ -854,9 +978,9 @@ def test_a_failing_migration_leaves_the_file_unchanged(db_path: Path, monkeypatc
     monkeypatch.undo()
     raw = sqlite3.connect(db_path)
     try:
-        assert _schema.schema_version(raw) == 2
+        assert _schema.schema_version(raw) == 3
         assert raw.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half_done'").fetchone()[0] == 0
-        assert raw.execute("SELECT max(version) FROM schema_migrations").fetchone()[0] == 2
+        assert raw.execute("SELECT max(version) FROM schema_migrations").fetchone()[0] == 3
     finally:
         raw.close()
     SQLiteStore(db_path).close()

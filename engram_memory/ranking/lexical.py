@@ -5,23 +5,32 @@ valid-time recency; the formulas and constants are in :mod:`engram_memory.rankin
 
 **Corpus statistics are per scope.** ``N``, document frequencies and average field lengths come
 from the scope's lexical index (:meth:`~engram_memory.ports.StoreReader.index_stats` and
-:meth:`~engram_memory.ports.StoreReader.postings`), i.e. over every ``accepted_current`` record of
+:meth:`~engram_memory.ports.StoreReader.term_postings`), i.e. over every ``accepted_current`` record of
 the scope, including those that are not valid at the query's ``valid_as_of`` or whose retention
 expired but that are still indexed. They are never computed over another scope, so adding records
 to one tenant never changes another tenant's scores, and they never require reading the corpus:
 the ranker holds only the postings of the query terms. (The reference engine computes them over
 its eligible snapshot; with one scope and no ineligible records the two coincide.)
 
-Eligibility is applied per posting (valid at ``valid_as_of``, retention not past at ``now_ms``),
-and every hit's record row is checked once more (``accepted_current`` and trust valid), so a stale
-index entry can never surface. The ranker never writes.
+Eligibility is applied per document from the copy of its inputs in the index (valid at
+``valid_as_of``, retention not past at ``now_ms``; every posting of a document carries the same copy,
+so this is the per-posting rule), and every hit's record row is checked once more
+(``accepted_current``, trust valid, time), so a stale index entry can never surface. Both checks run
+on the hits in score order, in batches, until the lexical list is full. The ranker never writes.
+
+**Exact and fast.** Each term's postings are parallel document keys and occurrence keys; the BM25F
+contribution of a key is computed once per term, from per-field terms computed once per query with
+:func:`~engram_memory.ranking.bm25f.field_score` and added in the same order (equal keys are equal
+inputs, so every float is the one the per-posting formula gives), and per document the term values
+are summed in term order as before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-from engram_memory.ports import RankedHit, RankingQuery, StoreReader
+from engram_memory.ports import RankedHit, RankingQuery, StoreReader, occurrence_fields
 from engram_memory.ranking.bm25f import (
     BM25_B,
     BM25_K1,
@@ -49,6 +58,8 @@ PROFILE: Final = "offline_lexical_v1"
 PROFILE_VERSION: Final = "1.0.0"
 SCORING_FORMULA_REF: Final = "graphify-memory:offline-lexical-recency:v1"
 _FIELD_NAMES: Final = ("primary", "decision", "evidence", "context", "citations")
+_BATCH: Final = 500
+"""Hits resolved per batch (index entries, then record rows) while the lexical list fills."""
 
 
 class LexicalRanker:
@@ -94,11 +105,10 @@ class LexicalRanker:
 
     def rank(self, reader: StoreReader, query: RankingQuery) -> list[RankedHit]:
         """Every eligible hit of the reader's scope, best first (at most 2,000)."""
-        scores, valid_to = _bm25f(reader, query)
-        lexical_list = _lexical_list(reader, scores, query)
+        lexical_list = _lexical_list(reader, _bm25f(reader, query), query)
         hits: list[RankedHit] = []
-        for record_id, lexical in zip(lexical_list, rrf_normalised(len(lexical_list)), strict=True):
-            recency_value = recency(valid_to[record_id], query.valid_as_of)
+        for (record_id, valid_to), lexical in zip(lexical_list, rrf_normalised(len(lexical_list)), strict=True):
+            recency_value = recency(valid_to, query.valid_as_of)
             hits.append(
                 RankedHit(
                     record_id=record_id,
@@ -111,46 +121,109 @@ class LexicalRanker:
         return hits[:CANDIDATE_CAP]
 
 
-def _bm25f(reader: StoreReader, query: RankingQuery) -> tuple[dict[str, float], dict[str, int | None]]:
-    """BM25F scores of the eligible postings of the query terms, and each hit's ``valid_to``.
+def _bm25f(reader: StoreReader, query: RankingQuery) -> dict[str, float]:
+    """BM25F scores by document key of every indexed document holding a query term.
 
     Terms are de-duplicated and summed in first-occurrence order (the float sums are then those
     of the reference engine, which loops over documents and then over the distinct terms).
+    Eligibility is not applied here: it is all-or-nothing per document, see :func:`_lexical_list`.
     """
     terms = list(dict.fromkeys(query.terms))
     stats = reader.index_stats()
     documents = stats.documents
     scores: dict[str, float] = {}
-    valid_to: dict[str, int | None] = {}
     if not terms or documents <= 0:
-        return scores, valid_to
+        return scores
     averages = average_lengths(documents, stats.total_lengths)
+    fields: dict[str, float] = {}
     for term in terms:
-        postings = reader.postings(term)
-        term_idf = idf(documents, len(postings)) if postings else 0.0
-        if term_idf <= 0:
-            continue
-        for posting in postings:
-            if not posting_is_eligible(posting, valid_as_of=query.valid_as_of, now_ms=query.now_ms):
-                continue
-            contribution = field_score(posting.frequencies, posting.lengths, averages)
-            if contribution > 0:
-                record_id = posting.record_id
-                scores[record_id] = scores.get(record_id, 0.0) + term_idf * contribution
-                valid_to[record_id] = posting.valid_to
-    return scores, valid_to
+        keys, occurrences = reader.term_postings(term)
+        term_idf = idf(documents, len(keys)) if keys else 0.0
+        if term_idf > 0:
+            _accumulate(scores, keys, map(_TermValues(term_idf, averages, fields).__getitem__, occurrences))
+    return scores
 
 
-def _lexical_list(reader: StoreReader, scores: dict[str, float], query: RankingQuery) -> list[str]:
-    """The lexical channel: hits by score desc then id asc, each re-checked on its row, capped."""
-    lexical_list: list[str] = []
-    for record_id, score in sorted(scores.items(), key=lambda item: (-item[1], item[0])):
-        if score <= 0:
-            continue
-        row = reader.record(record_id)
-        if row is None or not row_is_eligible(row, valid_as_of=query.valid_as_of, now_ms=query.now_ms):
-            continue
-        lexical_list.append(record_id)
-        if len(lexical_list) >= CHANNEL_CAP:
-            break
-    return lexical_list
+class _TermValues(dict[str, float]):
+    """``idf · field_score`` by occurrence key for one term, each computed on first use.
+
+    ``field_score`` adds ``w_f · sat_f`` over the key's fields in order, starting from ``0.0``; each
+    field's term is ``field_score`` of that field alone (``0.0 + x == x``), memoised in ``fields`` by
+    its ``field:tf:length`` part for the whole query, and added in the same order.
+    """
+
+    def __init__(self, term_idf: float, averages: Sequence[float], fields: dict[str, float]) -> None:
+        super().__init__()
+        self._idf = term_idf
+        self._averages = averages
+        self._fields = fields
+
+    def __missing__(self, key: str) -> float:
+        contribution = 0.0
+        for part in key.split(","):
+            value = self._fields.get(part)
+            if value is None:
+                value = self._fields[part] = field_score(*occurrence_fields(part), self._averages)
+            contribution += value
+        value = self[key] = self._idf * contribution
+        return value
+
+
+def _accumulate(scores: dict[str, float], keys: Sequence[str], values: Iterator[float]) -> None:
+    """Add one term's value to each document's score (``0.0 + v == v``, so a new entry starts at ``v``)."""
+    if not scores:
+        scores.update(zip(keys, values, strict=True))
+        return
+    get = scores.get
+    for key, value in zip(keys, values, strict=True):
+        scores[key] = get(key, 0.0) + value
+
+
+def _lexical_list(reader: StoreReader, scores: dict[str, float], query: RankingQuery) -> list[tuple[str, int | None]]:
+    """The lexical channel: eligible hits by score desc then record id asc, capped; with each ``valid_to``.
+
+    Documents are resolved in score order, in batches that never split a group of equal scores, so
+    sorting each batch by (score desc, record id asc) yields the global order. Only scores above 0
+    count (a key whose terms are absent from every field contributes 0).
+    """
+    ranked = sorted(scores, key=scores.__getitem__, reverse=True)
+    while ranked and scores[ranked[-1]] <= 0:
+        ranked.pop()
+    lexical: list[tuple[str, int | None]] = []
+    start = 0
+    while start < len(ranked) and len(lexical) < CHANNEL_CAP:
+        end = _batch_end(ranked, scores, start)
+        lexical += _eligible(reader, ranked[start:end], scores, query)
+        start = end
+    return lexical[:CHANNEL_CAP]
+
+
+def _batch_end(ranked: list[str], scores: dict[str, float], start: int) -> int:
+    """The end of the batch starting at ``start``: ``_BATCH`` documents, extended over equal scores."""
+    end = min(start + _BATCH, len(ranked))
+    while end < len(ranked) and scores[ranked[end]] == scores[ranked[end - 1]]:
+        end += 1
+    return end
+
+
+def _eligible(
+    reader: StoreReader, batch: list[str], scores: dict[str, float], query: RankingQuery
+) -> list[tuple[str, int | None]]:
+    """The eligible documents of one batch as (record id, valid_to), by score desc then record id asc."""
+    valid_as_of, now_ms = query.valid_as_of, query.now_ms
+    entries = reader.index_entries(batch)
+    timely = [
+        (doc, entry)
+        for doc in batch
+        if (entry := entries.get(doc)) is not None
+        and posting_is_eligible(entry, valid_as_of=valid_as_of, now_ms=now_ms)
+    ]
+    rows = reader.eligibility([entry.record_id for _, entry in timely])
+    chosen = [
+        (-scores[doc], entry.record_id, entry.valid_to)
+        for doc, entry in timely
+        if (row := rows.get(entry.record_id)) is not None
+        and row_is_eligible(row, valid_as_of=valid_as_of, now_ms=now_ms)
+    ]
+    chosen.sort(key=lambda item: (item[0], item[1]))
+    return [(record_id, valid_to) for _, record_id, valid_to in chosen]

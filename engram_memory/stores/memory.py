@@ -20,10 +20,14 @@ from engram_memory.ports import (
     CandidateRow,
     IdempotencyRow,
     IndexedDocument,
+    IndexEntry,
     IndexStats,
     JournalEvent,
     Posting,
+    RecordEligibility,
     RecordRow,
+    TermPostings,
+    occurrence_key,
 )
 
 __all__ = ["InMemoryStore"]
@@ -39,6 +43,10 @@ class _Partition:
     confirmations: set[str] = attrs.Factory(set)
     documents: dict[str, IndexedDocument] = attrs.Factory(dict)
     postings: dict[str, dict[str, IndexedDocument]] = attrs.Factory(dict)
+    entries: dict[str, IndexEntry] = attrs.Factory(dict)
+    """Index entry of each indexed record id (the document key of this store)."""
+    occurrences: dict[str, dict[str, str]] = attrs.Factory(dict)
+    """Per term: record id -> occurrence key (what ``term_postings`` returns)."""
     total_lengths: list[int] = attrs.Factory(lambda: [0] * len(FIELDS))
     doomed: set[str] = attrs.Factory(set)
 
@@ -96,6 +104,22 @@ class _View:
             )
             for rid in sorted(docs)
         ]
+
+    def term_postings(self, term: str) -> TermPostings:
+        bucket = self._p.occurrences.get(term)
+        return (list(bucket), list(bucket.values())) if bucket else ([], [])
+
+    def index_entries(self, documents: Sequence[str]) -> dict[str, IndexEntry]:
+        entries = self._p.entries
+        return {rid: entries[rid] for rid in documents if rid in entries}
+
+    def eligibility(self, record_ids: Sequence[str]) -> dict[str, RecordEligibility]:
+        records = self._p.records
+        return {
+            rid: RecordEligibility(row.state, row.trust_valid, row.valid_from, row.valid_to, row.expires_at_ms)
+            for rid in record_ids
+            if (row := records.get(rid)) is not None
+        }
 
     def indexed_ids(self) -> Iterator[str]:
         yield from sorted(self._p.documents)
@@ -179,16 +203,24 @@ class _Unit(_View):
         for position, length in enumerate(document.lengths):
             self._p.total_lengths[position] += sign * length
         if sign > 0:
-            self._p.documents[rid] = document
-            for term in document.terms:
-                self._p.postings.setdefault(term, {})[rid] = document
+            self._add_document(document)
             return
         del self._p.documents[rid]
+        del self._p.entries[rid]
         for term in document.terms:
-            bucket = self._p.postings[term]
-            del bucket[rid]
-            if not bucket:
-                del self._p.postings[term]
+            for index in (self._p.postings, self._p.occurrences):
+                bucket = index[term]
+                del bucket[rid]
+                if not bucket:
+                    del index[term]
+
+    def _add_document(self, document: IndexedDocument) -> None:
+        rid = document.record_id
+        self._p.documents[rid] = document
+        self._p.entries[rid] = IndexEntry(rid, document.valid_from, document.valid_to, document.expires_at_ms)
+        for term, frequencies in document.terms.items():
+            self._p.postings.setdefault(term, {})[rid] = document
+            self._p.occurrences.setdefault(term, {})[rid] = occurrence_key(frequencies, document.lengths)
 
     def doom_key(self, key_ref: str) -> None:
         self._add(self._p.doomed, key_ref)

@@ -416,6 +416,8 @@ def inmemory_scope_contents(store: Store, scope: str) -> bytes:
         parts += [member.encode() for member in sorted(members)]
     parts += [repr(document).encode() for document in partition.documents.values()]
     parts += [term.encode() for term in partition.postings]
+    parts += [repr(entry).encode() for entry in partition.entries.values()]
+    parts += [term.encode() for term in partition.occurrences]
     return b"\n".join(parts)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import attrs
 import pytest
 
 from engram_memory.context import scope_key
@@ -29,13 +30,17 @@ from engram_memory.ports import (
     CandidateRow,
     IdempotencyRow,
     IndexedDocument,
+    IndexEntry,
     JournalEvent,
     Posting,
+    RecordEligibility,
     RecordRow,
     SealedEnvelope,
     Store,
     StoreReader,
     UnitOfWork,
+    occurrence_fields,
+    occurrence_key,
 )
 
 __all__ = ["StoreConformance"]
@@ -84,11 +89,28 @@ def _record(record_id: str, state: Any = "accepted_current", cursor: int = 1) ->
     )
 
 
-def _document(record_id: str, terms: dict[str, tuple[int, ...]], valid_to: int | None = None) -> IndexedDocument:
+def _document(
+    record_id: str, terms: dict[str, tuple[int, ...]], valid_to: int | None = None, expires_at_ms: int | None = None
+) -> IndexedDocument:
     lengths = tuple(sum(frequencies[position] for frequencies in terms.values()) for position in range(len(FIELDS)))
     return IndexedDocument(
-        record_id=record_id, lengths=lengths, terms=terms, valid_from=1_000, valid_to=valid_to, expires_at_ms=None
+        record_id=record_id,
+        lengths=lengths,
+        terms=terms,
+        valid_from=1_000,
+        valid_to=valid_to,
+        expires_at_ms=expires_at_ms,
     )
+
+
+def _resolved(reader: StoreReader, term: str) -> list[tuple[str, str, IndexEntry]]:
+    """``term_postings(term)`` with each document key resolved: (record id, occurrence key, entry), by id."""
+    keys, occurrences = reader.term_postings(term)
+    assert len(keys) == len(occurrences), "parallel sequences"
+    assert len(set(keys)) == len(keys), "a document appears once per term"
+    entries = reader.index_entries(keys)
+    resolved = zip(keys, occurrences, strict=True)
+    return sorted((entries[key].record_id, occurrence, entries[key]) for key, occurrence in resolved)
 
 
 def _run_unit(store: Store, scope: str, body: Callable[[UnitOfWork], None]) -> None:
@@ -142,6 +164,8 @@ def _snapshot(reader: StoreReader, tags: Iterable[str] = _PROBE_TAGS) -> dict[st
         "confirmations": {tag: reader.confirmation_used(f"confirmation-{tag}") for tag in tags},
         "index_stats": reader.index_stats(),
         "postings": {term: list(reader.postings(term)) for term in terms},
+        "term_postings": {term: _resolved(reader, term) for term in terms},
+        "eligibility": reader.eligibility([f"mem_{tag}" for tag in tags]),
         "indexed_ids": list(reader.indexed_ids()),
         "doomed_keys": reader.doomed_keys(),
     }
@@ -184,6 +208,8 @@ class StoreConformance:
         assert snap["index_stats"].documents == 0
         assert tuple(snap["index_stats"].total_lengths) == (0,) * len(FIELDS)
         assert all(postings == [] for postings in snap["postings"].values())
+        assert all(postings == [] for postings in snap["term_postings"].values())
+        assert snap["eligibility"] == {}
         assert snap["indexed_ids"] == []
         assert snap["doomed_keys"] == []
         assert store.scopes() == []
@@ -504,6 +530,103 @@ class StoreConformance:
             ]
             assert [p.record_id for p in reader.postings("gamma")] == ["mem_c"]
             assert list(reader.postings("absent")) == []
+
+    def test_term_postings_are_the_postings_by_document_key(self, store: Store) -> None:
+        """``term_postings`` resolved by ``index_entries`` says what ``postings`` says, term by term."""
+        documents = [
+            _document("mem_b", {"alpha": _freq(primary=2), "beta": _freq(context=1)}, valid_to=9_000),
+            _document("mem_a", {"alpha": _freq(decision=1, citations=3)}, expires_at_ms=5_000),
+            _document("mem_c", {"gamma": _freq(evidence=4), "alpha": _freq(primary=1, evidence=2)}),
+        ]
+        with store.write(SCOPE_A) as unit:
+            for document in documents:
+                unit.index_document(document)
+        with store.read(SCOPE_A) as reader:
+            held: dict[str, set[str]] = {}
+            for term in ("alpha", "beta", "gamma", "absent"):
+                resolved = _resolved(reader, term)
+                postings = list(reader.postings(term))
+                assert [record_id for record_id, _, _ in resolved] == [p.record_id for p in postings]
+                for (_, key, entry), posting in zip(resolved, postings, strict=True):
+                    assert key == occurrence_key(posting.frequencies, posting.lengths)
+                    assert occurrence_fields(key)[0] == posting.frequencies
+                    assert entry == IndexEntry(
+                        posting.record_id, posting.valid_from, posting.valid_to, posting.expires_at_ms
+                    )
+                for key in reader.term_postings(term)[0]:
+                    held.setdefault(reader.index_entries([key])[key].record_id, set()).add(key)
+            assert all(len(keys) == 1 for keys in held.values()), "one key per document in a view"
+            assert set(held) == {"mem_a", "mem_b", "mem_c"}
+
+    def test_index_entries_skip_unknown_keys_and_batch(self, store: Store) -> None:
+        """Unknown keys are absent, duplicates are harmless, and long lists (> 500) are served whole."""
+        with store.write(SCOPE_A) as unit:
+            for index in range(1_200):
+                unit.index_document(_document(f"mem_{index:04d}", {"bulk": _freq(primary=1 + index % 3)}))
+        with store.read(SCOPE_A) as reader:
+            keys, occurrences = reader.term_postings("bulk")
+            assert len(keys) == 1_200
+            unknown = ["", "mem_never", "99999999", "-1", "1e3", "not a key"]
+            entries = reader.index_entries([*unknown, *keys, keys[0]])
+            assert set(entries) == set(keys)
+            assert sorted(entry.record_id for entry in entries.values()) == [f"mem_{i:04d}" for i in range(1_200)]
+            assert reader.index_entries([]) == {}
+            assert reader.index_entries(unknown) == {}
+            assert set(occurrences) == {"0:1:1", "0:2:2", "0:3:3"}
+
+    def test_unindexed_keys_no_longer_resolve(self, store: Store) -> None:
+        """After ``unindex`` (or re-indexing) a removed document's key resolves to nothing in this scope."""
+        with store.write(SCOPE_A) as unit:
+            unit.index_document(_document("mem_a", {"old": _freq(primary=1)}))
+            unit.index_document(_document("mem_b", {"old": _freq(context=2)}))
+        with store.read(SCOPE_A) as reader:
+            before = list(reader.term_postings("old")[0])
+        with store.write(SCOPE_A) as unit:
+            unit.unindex("mem_a")
+            unit.index_document(_document("mem_b", {"new": _freq(decision=1)}))
+        with store.read(SCOPE_A) as reader:
+            assert [list(keys) for keys in reader.term_postings("old")] == [[], []]
+            assert [record_id for record_id, _, _ in _resolved(reader, "new")] == ["mem_b"]
+            live = set(reader.term_postings("new")[0])
+            stale = [key for key in before if key not in live]
+            assert stale
+            assert reader.index_entries(stale) == {}
+
+    def test_eligibility_reports_every_row_as_it_is(self, store: Store) -> None:
+        """``eligibility`` gives each row's state, trust and times, ineligible rows too; absent ids are absent."""
+        rows = [
+            _record("mem_a"),
+            _record("mem_b", state="tombstoned"),
+            attrs.evolve(_record("mem_c"), trust_valid=False, valid_to=4_000, expires_at_ms=8_000),
+            _record("mem_d", state="historical"),
+        ]
+        with store.write(SCOPE_A) as unit:
+            for row in rows:
+                unit.put_record(row)
+        with store.read(SCOPE_A) as reader:
+            found = reader.eligibility(["mem_d", "mem_a", "mem_never", "mem_b", "mem_c", "mem_a"])
+            assert found == {
+                row.record_id: RecordEligibility(
+                    row.state, row.trust_valid, row.valid_from, row.valid_to, row.expires_at_ms
+                )
+                for row in rows
+            }
+            assert reader.eligibility([]) == {}
+        with store.read(SCOPE_B) as reader:
+            assert reader.eligibility([row.record_id for row in rows]) == {}
+
+    def test_index_keys_of_one_scope_resolve_in_no_other(self, store: Store) -> None:
+        """Document keys read in scope A resolve to nothing in scopes B and C."""
+        with store.write(SCOPE_A) as unit:
+            unit.index_document(_document("mem_a", {"shared": _freq(primary=1)}))
+        with store.write(SCOPE_B) as unit:
+            unit.index_document(_document("mem_b", {"shared": _freq(primary=1)}))
+        with store.read(SCOPE_A) as reader:
+            keys = reader.term_postings("shared")[0]
+            assert [entry.record_id for entry in reader.index_entries(keys).values()] == ["mem_a"]
+        for other in (SCOPE_B, SCOPE_C):
+            with store.read(other) as reader:
+                assert reader.index_entries(keys) == {}
 
     def test_reindexing_a_record_replaces_its_entry(self, store: Store) -> None:
         """Indexing the same record again drops its old terms and does not double-count."""

@@ -226,8 +226,90 @@ CREATE TABLE index_stats (
 """,
 )
 
-STORE_SCHEMA = SchemaSpec(kind="store", application_id=STORE_APPLICATION_ID, migrations=(_STATE_V1, _INDEX_V2))
-"""The store's migrations: 1 = journal and state tables, 2 = the lexical index."""
+_NUMBERED_INDEX_V3 = Migration(
+    3,
+    "numbered-lexical-index",
+    """
+-- documents get a number (an INTEGER PRIMARY KEY, which VACUUM keeps) and hold the eligibility inputs once;
+-- their term keys (only unindex reads them) live apart, so a search's lookups read small rows
+CREATE TABLE numbered_documents (
+    doc INTEGER PRIMARY KEY,
+    scope_id INTEGER NOT NULL REFERENCES scopes (scope_id),
+    record_id TEXT NOT NULL,
+    len_primary INTEGER NOT NULL,
+    len_decision INTEGER NOT NULL,
+    len_evidence INTEGER NOT NULL,
+    len_context INTEGER NOT NULL,
+    len_citations INTEGER NOT NULL,
+    valid_from INTEGER NOT NULL,
+    valid_to INTEGER,
+    expires_at_ms INTEGER,
+    UNIQUE (scope_id, record_id)
+) STRICT;
+
+-- the concatenated term keys (16 bytes each) of a document's postings, for unindex
+CREATE TABLE document_terms (
+    doc INTEGER PRIMARY KEY,
+    term_count INTEGER NOT NULL,
+    term_keys BLOB NOT NULL
+) STRICT;
+
+-- the eligibility inputs of a document are those copied into its postings (every copy is the same).
+-- A document without terms has no posting: its record row supplies them.
+INSERT INTO numbered_documents (
+    scope_id, record_id, len_primary, len_decision, len_evidence, len_context, len_citations,
+    valid_from, valid_to, expires_at_ms
+)
+SELECT d.scope_id, d.record_id, d.len_primary, d.len_decision, d.len_evidence, d.len_context, d.len_citations,
+       coalesce(p.valid_from, r.valid_from, 0),
+       iif(p.record_id IS NULL, r.valid_to, p.valid_to),
+       iif(p.record_id IS NULL, r.expires_at_ms, p.expires_at_ms)
+FROM documents AS d
+LEFT JOIN postings AS p ON p.scope_id = d.scope_id AND p.term = substr(d.term_keys, 1, 16) AND p.record_id = d.record_id
+LEFT JOIN records AS r ON r.scope_id = d.scope_id AND r.record_id = d.record_id
+ORDER BY d.scope_id, d.record_id;
+
+INSERT INTO document_terms (doc, term_count, term_keys)
+SELECT n.doc, d.term_count, d.term_keys
+FROM documents AS d
+JOIN numbered_documents AS n ON n.scope_id = d.scope_id AND n.record_id = d.record_id;
+
+-- a posting is (scope, term key, document number) and the occurrence key "field:tf:length,..." of the
+-- fields holding the term (ports.occurrence_key): no record id, no per-field columns
+CREATE TABLE numbered_postings (
+    scope_id INTEGER NOT NULL,
+    term BLOB NOT NULL,
+    doc INTEGER NOT NULL,
+    occurrence TEXT NOT NULL,
+    PRIMARY KEY (scope_id, term, doc)
+) STRICT, WITHOUT ROWID;
+
+INSERT INTO numbered_postings (scope_id, term, doc, occurrence)
+SELECT p.scope_id, p.term, n.doc, substr(
+    iif(p.tf_primary > 0, printf(',0:%d:%d', p.tf_primary, p.len_primary), '')
+    || iif(p.tf_decision > 0, printf(',1:%d:%d', p.tf_decision, p.len_decision), '')
+    || iif(p.tf_evidence > 0, printf(',2:%d:%d', p.tf_evidence, p.len_evidence), '')
+    || iif(p.tf_context > 0, printf(',3:%d:%d', p.tf_context, p.len_context), '')
+    || iif(p.tf_citations > 0, printf(',4:%d:%d', p.tf_citations, p.len_citations), ''), 2)
+FROM postings AS p
+JOIN numbered_documents AS n ON n.scope_id = p.scope_id AND n.record_id = p.record_id;
+
+DROP TABLE postings;
+DROP TABLE documents;
+ALTER TABLE numbered_postings RENAME TO postings;
+ALTER TABLE numbered_documents RENAME TO documents;
+
+-- a search re-checks its hits' record rows: this index answers that without reading the (large) rows
+CREATE INDEX records_eligibility ON records (
+    scope_id, record_id, state, trust_valid, valid_from, valid_to, expires_at_ms
+)
+""",
+)
+
+STORE_SCHEMA = SchemaSpec(
+    kind="store", application_id=STORE_APPLICATION_ID, migrations=(_STATE_V1, _INDEX_V2, _NUMBERED_INDEX_V3)
+)
+"""The store's migrations: 1 = journal and state tables, 2 = the lexical index, 3 = numbered documents."""
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
