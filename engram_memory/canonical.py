@@ -14,6 +14,7 @@ import base64
 import enum
 import hashlib
 import json
+import math
 import re
 import unicodedata
 from datetime import UTC, datetime, timedelta
@@ -156,31 +157,123 @@ def _normalise(value: Any) -> Any:  # noqa: C901 - one branch per JSON type
 
 _PLAIN_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False)
 _PLAIN_FLOAT_RANGE: Final = (1e-4, 1e16)
+_NOT_PLAIN: Final = 0
+_PLAIN: Final = 1
+_INTEGRAL: Final = 3
+"""Plain once its integral floats are written as integers (what :func:`_normalise` does).
+
+``_PLAIN | _INTEGRAL == _INTEGRAL``: the answer for a container is the bitwise or of its items'.
+"""
+_STR_ONLY: Final = frozenset({str})
+_BULK_STRINGS: Final = 16
 
 
-def _is_plain(value: Any) -> bool:  # noqa: PLR0911 - one answer per JSON type
+def _plain_text(text: str) -> bool:
+    """Whether a non-ASCII string is NFC and has no lone surrogate."""
+    return _encodable(text) and unicodedata.is_normalized("NFC", text)
+
+
+def _scan_float(value: float) -> int:
+    if value.is_integer():
+        if value == 0 and math.copysign(1.0, value) < 0:
+            return _NOT_PLAIN
+        return _INTEGRAL if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else _NOT_PLAIN
+    low, high = _PLAIN_FLOAT_RANGE
+    return _PLAIN if low <= abs(value) < high else _NOT_PLAIN
+
+
+def _scan_leaf(item: Any, kind: type) -> int:
+    """:func:`_scan` of a value that is not a ``str``, ``int`` or ``None``/``bool`` (checked inline)."""
+    if kind is dict:
+        return _scan_object(item)
+    if kind is list or kind is tuple:
+        return _scan_items(item)
+    if kind is float:
+        return _scan_float(item)
+    return _NOT_PLAIN
+
+
+def _scan_object(value: dict[Any, Any]) -> int:
+    state = _PLAIN
+    for key, item in value.items():
+        if type(key) is not str or not key.isascii():
+            return _NOT_PLAIN
+        kind = type(item)
+        if kind is str:
+            if item.isascii() or _plain_text(item):
+                continue
+            return _NOT_PLAIN
+        if kind is int:
+            if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                continue
+            return _NOT_PLAIN
+        if item is None or item is True or item is False:
+            continue
+        inner = _scan_leaf(item, kind)
+        if inner == _NOT_PLAIN:
+            return _NOT_PLAIN
+        state |= inner
+    return state
+
+
+def _scan_items(items: list[Any] | tuple[Any, ...]) -> int:
+    if len(items) > _BULK_STRINGS and set(map(type, items)) == _STR_ONLY and "".join(items).isascii():
+        return _PLAIN
+    state = _PLAIN
+    for item in items:
+        kind = type(item)
+        if kind is str:
+            if item.isascii() or _plain_text(item):
+                continue
+            return _NOT_PLAIN
+        if kind is int:
+            if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                continue
+            return _NOT_PLAIN
+        if item is None or item is True or item is False:
+            continue
+        inner = _scan_leaf(item, kind)
+        if inner == _NOT_PLAIN:
+            return _NOT_PLAIN
+        state |= inner
+    return state
+
+
+def _scan(value: Any) -> int:
     """Whether ``json`` writes ``value`` exactly as RFC 8785 would (so the fast path is exact).
 
-    Plain: ``None``, booleans, safe integers, non-integral floats whose shortest form has no
-    exponent in both languages (1e-4 ≤ |x| < 1e16), NFC strings without lone surrogates, lists of
-    plain values, and objects with ASCII keys (ASCII sorts the same by code point and by UTF-16
-    code unit) and plain values.
+    ``_PLAIN``: ``None``, booleans, safe integers, non-integral floats whose shortest form has no
+    exponent in both languages (1e-4 ≤ |x| < 1e16), NFC strings without lone surrogates, lists
+    and tuples of plain values, and objects with ASCII ``str`` keys (ASCII sorts the same by code
+    point and by UTF-16 code unit) and plain values. ``_INTEGRAL``: the same, but with integral
+    floats (not ``-0``) within the safe integer range, which RFC 8785 writes as integers.
+    Otherwise ``_NOT_PLAIN``.
     """
-    if value is None or value is True or value is False:
-        return True
     kind = type(value)
     if kind is str:
-        return value.isascii() or (_encodable(value) and unicodedata.is_normalized("NFC", value))
+        return _PLAIN if value.isascii() or _plain_text(value) else _NOT_PLAIN
     if kind is int:
-        return bool(-MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER)
-    if kind is float:
-        low, high = _PLAIN_FLOAT_RANGE
-        return not value.is_integer() and low <= abs(value) < high
-    if kind is list or kind is tuple:
-        return all(_is_plain(item) for item in value)
+        return _PLAIN if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else _NOT_PLAIN
+    if value is None or value is True or value is False:
+        return _PLAIN
+    return _scan_leaf(value, kind)
+
+
+def _is_plain(value: Any) -> bool:
+    """Whether :func:`canonical_bytes` takes the fast path for ``value``."""
+    return _scan(value) != _NOT_PLAIN
+
+
+def _integral(value: Any) -> Any:
+    """``value`` with its integral floats as integers (only called on ``_INTEGRAL`` values)."""
+    kind = type(value)
+    if kind is float and value.is_integer():
+        return int(value)
     if kind is dict:
-        return all(type(key) is str and key.isascii() and _is_plain(item) for key, item in value.items())
-    return False
+        return {key: _integral(item) for key, item in value.items()}
+    if kind is list or kind is tuple:
+        return [_integral(item) for item in value]
+    return value
 
 
 def _encodable(text: str) -> bool:
@@ -196,14 +289,18 @@ def canonical_bytes(value: Any) -> bytes:
 
     Integral floats serialise as integers (``1.0`` → ``1``), object keys sort by UTF-16 code
     units, and strings and keys are NFC-normalised first. Values that the standard ``json``
-    encoder already writes in canonical form take a fast path with identical output.
+    encoder writes in canonical form (once integral floats are integers) take a fast path with
+    identical output.
 
     Raises:
         CanonicalError: a lone surrogate, a duplicate key after NFC, ``-0``, NaN or infinity, or
             an integer outside ±(2**53 − 1).
     """
-    if _is_plain(value):
+    state = _scan(value)
+    if state == _PLAIN:
         return _PLAIN_ENCODER.encode(value).encode("utf-8")
+    if state == _INTEGRAL:
+        return _PLAIN_ENCODER.encode(_integral(value)).encode("utf-8")
     try:
         return rfc8785.dumps(_normalise(value))
     except rfc8785.CanonicalizationError as exc:
