@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import base64
 import enum
+import functools
 import hashlib
 import json
 import math
 import re
 import unicodedata
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -28,7 +30,9 @@ __all__ = [
     "ZERO_DIGEST",
     "CanonicalError",
     "Domain",
+    "canonical_array",
     "canonical_bytes",
+    "canonical_object",
     "digest",
     "digest_bytes",
     "epoch_ms",
@@ -305,6 +309,30 @@ def canonical_bytes(value: Any) -> bytes:
         return rfc8785.dumps(_normalise(value))
     except rfc8785.CanonicalizationError as exc:
         raise CanonicalError("value has no canonical JSON form") from exc
+
+
+@functools.lru_cache(maxsize=1024)
+def _member_prefix(key: str) -> bytes:
+    return canonical_bytes(key) + b":"
+
+
+def canonical_object(members: Mapping[str, bytes]) -> bytes:
+    """The RFC 8785 bytes of an object from the canonical bytes of its member values.
+
+    Equal to ``canonical_bytes`` of the object when every ``members[key]`` is ``canonical_bytes``
+    of that member's value. Keys must be ASCII (they sort alike by code point and UTF-16 unit).
+
+    Raises:
+        CanonicalError: a key that is not an ASCII ``str``.
+    """
+    if members and (set(map(type, members)) != _STR_ONLY or not "".join(members).isascii()):
+        raise CanonicalError("object keys must be ASCII strings")
+    return b"{" + b",".join([_member_prefix(key) + members[key] for key in sorted(members)]) + b"}"
+
+
+def canonical_array(items: Iterable[bytes]) -> bytes:
+    """The RFC 8785 bytes of an array from the canonical bytes of its items."""
+    return b"[" + b",".join(items) + b"]"
 
 
 def digest_bytes(domain: Domain, canonical: bytes) -> str:

@@ -38,13 +38,13 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Final
 
-import attrs
-
 from engram_memory.canonical import (
     ZERO_DIGEST,
     CanonicalError,
     Domain,
+    canonical_array,
     canonical_bytes,
+    canonical_object,
     digest,
     digest_bytes,
     epoch_ms,
@@ -73,7 +73,7 @@ from engram_memory.ports import (
 )
 from engram_memory.ranking.bm25f import CANDIDATE_CAP
 from engram_memory.ranking.eligibility import row_is_eligible
-from engram_memory.records import authorization_for, record_context
+from engram_memory.records import authorization_for, record_context, record_forms
 from engram_memory.redaction import redact_record
 from engram_memory.results import GetResult, RecordPacket, SearchResult
 from engram_memory.store_access import read_view
@@ -123,8 +123,8 @@ class ReadPath:
         allowlist = self._policy.redaction_allowlist(binding)  # failures: POLICY_UNAVAILABLE (GuardedPolicy)
         return None if allowlist is None else tuple(allowlist)
 
-    def _open(self, scope: str, row: RecordRow) -> dict[str, Any]:
-        """Open and re-derive an eligible record's sealed body.
+    def _open(self, scope: str, row: RecordRow) -> tuple[dict[str, Any], bytes]:
+        """Open and re-derive an eligible record's sealed body; the record and its canonical bytes.
 
         Raises:
             EngramError: ``BLOB_MISSING`` (no body, key gone) or ``JOURNAL_CORRUPT`` (the body does
@@ -143,19 +143,13 @@ class ReadPath:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="record body altered") from exc
         try:
             record = json.loads(plaintext)
-            ok = (
-                isinstance(record, dict)
-                and record.get("record_id") == row.record_id
-                and record.get("record_digest") == row.record_digest
-                and digest(Domain.RECORD, {k: v for k, v in record.items() if k not in {"record_id", "record_digest"}})
-                == row.record_digest
-            )
+            whole = _rederived(record, row)
         except (ValueError, CanonicalError) as exc:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="record body unreadable") from exc
-        if not ok:
+        if whole is None:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="record body does not re-derive")
         opened: dict[str, Any] = record
-        return opened
+        return opened, whole
 
     def _erased_meanwhile(self, scope: str, row: RecordRow) -> bool:
         """Whether a fresh view shows the record changed since ``row`` was read (a concurrent forget)."""
@@ -164,8 +158,9 @@ class ReadPath:
         return current is None or current.sealed != row.sealed or current.state != row.state
 
     def _redaction(
-        self, record: dict[str, Any], allowlist: tuple[str, ...] | None
-    ) -> tuple[dict[str, Any], list[str], str]:
+        self, record: dict[str, Any], whole: bytes, allowlist: tuple[str, ...] | None
+    ) -> tuple[dict[str, Any], list[str], str, bytes]:
+        """The redacted record, the removed fields, the redaction receipt and the record's bytes."""
         redacted, removed = redact_record(record, allowlist)
         receipt = receipt_digest(
             Domain.RECALL_REDACTION,
@@ -177,7 +172,7 @@ class ReadPath:
             },
             "redaction_receipt_digest",
         )
-        return redacted, removed, receipt
+        return redacted, removed, receipt, (whole if allowlist is None else canonical_bytes(redacted))
 
     def _authorization(self, tool: str, binding: HostBinding, target: str, now: datetime) -> str:
         return authorization_for(
@@ -346,7 +341,7 @@ class ReadPath:
                 "response_digest": _PLACEHOLDER_DIGEST,
             }
             room = TRANSPORT_CAP - (len(canonical_bytes(skeleton)) - len(b"[]"))
-            packets = self._materialise(
+            packets, packet_bytes = self._materialise(
                 reader,
                 binding.scope,
                 hits[offset : offset + args.limit],
@@ -368,18 +363,19 @@ class ReadPath:
         )
         receipt["receipt_digest"] = receipt_digest(Domain.RANK_RECEIPT, receipt)
         next_offset = offset + len(packets)
-        result = SearchResult(
-            records=tuple(packets),
-            rank_receipt=receipt,
-            next_page_cursor=cursor_at(next_offset) if next_offset < len(hits) else None,
-            response_digest=_PLACEHOLDER_DIGEST,
-        )
-        value = result.to_json()
-        del value["response_digest"]
-        body = canonical_bytes(value)
+        next_cursor = cursor_at(next_offset) if next_offset < len(hits) else None
+        members = {"records": canonical_array(packet_bytes), "rank_receipt": canonical_bytes(receipt)}
+        if next_cursor is not None:
+            members["next_page_cursor"] = canonical_bytes(next_cursor)
+        body = canonical_object(members)  # the result's JSON value without response_digest
         if len(body) + _DIGEST_MEMBER_BYTES > TRANSPORT_CAP:  # pragma: no cover - the room check prevents it
             raise EngramError(ErrorCode.RESULT_TOO_LARGE, detail="search value over the transport cap")
-        return attrs.evolve(result, response_digest=digest_bytes(Domain.SEARCH_RESPONSE, body))
+        return SearchResult(
+            records=tuple(packets),
+            rank_receipt=receipt,
+            next_page_cursor=next_cursor,
+            response_digest=digest_bytes(Domain.SEARCH_RESPONSE, body),
+        )
 
     def _materialise(
         self,
@@ -393,16 +389,20 @@ class ReadPath:
         room: int,
         valid_as_of: int,
         now_ms: int,
-    ) -> list[RecordPacket]:
-        """Open, re-check, redact and budget the records of one page, in rank order."""
+    ) -> tuple[list[RecordPacket], list[bytes]]:
+        """Open, re-check, redact and budget the records of one page, in rank order.
+
+        Returns the packets and the canonical bytes of each packet's JSON value.
+        """
         packets: list[RecordPacket] = []
+        encoded: list[bytes] = []
         used = len(b"[]")
         for index, hit in enumerate(page):
             row = reader.record(hit.record_id)
             if row is None or not row_is_eligible(row, valid_as_of=valid_as_of, now_ms=now_ms):
                 raise EngramError(ErrorCode.PROJECTION_STALE, detail="ranked record is not eligible")
-            record = self._open(scope, row)
-            redacted, removed, redaction = self._redaction(record, allowlist)
+            record, whole = self._open(scope, row)
+            redacted, removed, redaction, redacted_bytes = self._redaction(record, whole, allowlist)
             packet = RecordPacket(
                 record=redacted,
                 redacted_fields=tuple(removed),
@@ -410,7 +410,8 @@ class ReadPath:
                 score=hit.score,
                 rank=first_rank + index,
             )
-            size = len(canonical_bytes(packet.to_json())) + (1 if packets else 0)
+            packet_bytes = _packet_bytes(packet, redacted_bytes)
+            size = len(packet_bytes) + (1 if packets else 0)
             if used + size > min(max_packet_bytes, room):
                 if packets:
                     break
@@ -419,7 +420,8 @@ class ReadPath:
                 raise EngramError(ErrorCode.RESULT_TOO_LARGE, detail="one record exceeds the transport cap")
             used += size
             packets.append(packet)
-        return packets
+            encoded.append(packet_bytes)
+        return packets, encoded
 
     # ------------------------------------------------------------------ get
 
@@ -440,11 +442,11 @@ class ReadPath:
             if row is None or not row_is_eligible(row, valid_as_of=now_ms, now_ms=now_ms):
                 raise EngramError(ErrorCode.NOT_FOUND)
             try:
-                record = self._open(scope, row)
+                record, whole = self._open(scope, row)
             except _ConcurrentErasureError as exc:
                 raise EngramError(ErrorCode.NOT_FOUND) from exc
-        redacted, removed, redaction = self._redaction(record, allowlist)
-        if len(canonical_bytes(redacted)) > args.max_packet_bytes:
+        redacted, removed, redaction, redacted_bytes = self._redaction(record, whole, allowlist)
+        if len(redacted_bytes) > args.max_packet_bytes:
             raise EngramError(ErrorCode.PROJECTION_OVERSIZED, detail="record exceeds max_packet_bytes")
         authorization = self._authorization(GET, binding, args.record_id, now)
         read_receipt: dict[str, Any] = {
@@ -465,19 +467,52 @@ class ReadPath:
             "checked_at": format_instant(now),
         }
         read_receipt["receipt_digest"] = receipt_digest(Domain.READ_RECEIPT, read_receipt)
-        result = GetResult(
+        body = canonical_object(  # the result's JSON value without packet_digest
+            {
+                "record": redacted_bytes,
+                "redacted_fields": canonical_bytes(removed),
+                "redaction_receipt_digest": canonical_bytes(redaction),
+                "read_receipt": canonical_bytes(read_receipt),
+            }
+        )
+        if len(body) + len(',"packet_digest":""') + len(ZERO_DIGEST) > TRANSPORT_CAP:
+            raise EngramError(ErrorCode.RESULT_TOO_LARGE, detail="get value over the transport cap")
+        return GetResult(
             record=redacted,
             redacted_fields=tuple(removed),
             redaction_receipt_digest=redaction,
             read_receipt=read_receipt,
-            packet_digest=_PLACEHOLDER_DIGEST,
+            packet_digest=digest_bytes(Domain.GET_PACKET, body),
         )
-        value = result.to_json()
-        del value["packet_digest"]
-        body = canonical_bytes(value)
-        if len(body) + len(',"packet_digest":""') + len(ZERO_DIGEST) > TRANSPORT_CAP:
-            raise EngramError(ErrorCode.RESULT_TOO_LARGE, detail="get value over the transport cap")
-        return attrs.evolve(result, packet_digest=digest_bytes(Domain.GET_PACKET, body))
+
+
+def _rederived(record: Any, row: RecordRow) -> bytes | None:
+    """The canonical bytes of an opened body if it re-derives the row's id and digest, else ``None``.
+
+    Raises:
+        CanonicalError: the body has no canonical form.
+    """
+    if not (
+        isinstance(record, dict)
+        and record.get("record_id") == row.record_id
+        and record.get("record_digest") == row.record_digest
+    ):
+        return None
+    rest, whole = record_forms(record)
+    return whole if digest_bytes(Domain.RECORD, rest) == row.record_digest else None
+
+
+def _packet_bytes(packet: RecordPacket, record_bytes: bytes) -> bytes:
+    """``canonical_bytes(packet.to_json())``, given the canonical bytes of ``packet.record``."""
+    return canonical_object(
+        {
+            "record": record_bytes,
+            "redacted_fields": canonical_bytes(packet.redacted_fields),
+            "redaction_receipt_digest": canonical_bytes(packet.redaction_receipt_digest),
+            "score": canonical_bytes(packet.score),
+            "rank": canonical_bytes(packet.rank),
+        }
+    )
 
 
 def _ordering_digest(hits: Sequence[RankedHit]) -> str:

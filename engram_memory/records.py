@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engram_memory.canonical import Domain, digest, receipt_digest, record_id_from_digest
+from engram_memory.canonical import Domain, canonical_bytes, digest, receipt_digest, record_id_from_digest
 from engram_memory.context import HostBinding
 from engram_memory.ports import Policy
 
@@ -20,11 +20,13 @@ __all__ = [
     "candidate_id_for",
     "complete_payload",
     "record_context",
+    "record_forms",
     "transaction_receipt",
     "trust_binding",
 ]
 
 DEFAULT_RETENTION = {"derivative_rule": "make-ineligible"}
+_ID_KEYS = ("record_digest", "record_id")
 
 
 def candidate_context(scope: str, candidate_id: str) -> str:
@@ -159,3 +161,29 @@ def transaction_receipt(
     if record_digest is not None:
         body["record_digest"] = record_digest
     return receipt_digest(Domain.TRANSACTION, body)
+
+
+def record_forms(record: dict[str, Any]) -> tuple[bytes, bytes]:
+    """Canonical bytes of ``record`` without ``record_id`` and ``record_digest``, and of all of it.
+
+    The first is what ``record_digest`` hashes (see :func:`build_record`); the second is
+    ``canonical_bytes(record)``. With ASCII keys, the members sorting below and above the two id
+    members are canonicalised once each and joined both ways.
+
+    Raises:
+        CanonicalError: ``record`` has no canonical form.
+    """
+    low: dict[str, Any] = {}
+    high: dict[str, Any] = {}
+    for key, value in record.items():
+        if type(key) is not str or not key.isascii() or (_ID_KEYS[0] < key < _ID_KEYS[1]):
+            rest = {key: item for key, item in record.items() if key not in _ID_KEYS}
+            return canonical_bytes(rest), canonical_bytes(record)
+        if key < _ID_KEYS[0]:
+            low[key] = value
+        elif key > _ID_KEYS[1]:
+            high[key] = value
+    parts = [canonical_bytes(part)[1:-1] for part in (low, high) if part]
+    ids = [canonical_bytes(key) + b":" + canonical_bytes(record[key]) for key in _ID_KEYS if key in record]
+    whole = parts[:1] + ids + parts[1:] if low else ids + parts
+    return b"{" + b",".join(parts) + b"}", b"{" + b",".join(whole) + b"}"
