@@ -33,6 +33,7 @@ __all__ = [
     "canonical_array",
     "canonical_bytes",
     "canonical_object",
+    "canonical_plain",
     "digest",
     "digest_bytes",
     "epoch_ms",
@@ -44,6 +45,7 @@ __all__ = [
     "nfc",
     "parse_cursor",
     "parse_instant",
+    "parse_plain",
     "receipt_digest",
     "record_id_from_digest",
 ]
@@ -309,6 +311,57 @@ def canonical_bytes(value: Any) -> bytes:
         return rfc8785.dumps(_normalise(value))
     except rfc8785.CanonicalizationError as exc:
         raise CanonicalError("value has no canonical JSON form") from exc
+
+
+class _NotPlainError(ValueError):
+    """A parsed number that the fast path does not write as RFC 8785 does."""
+
+
+def _plain_int(text: str) -> int:
+    value = int(text)
+    if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        raise _NotPlainError(text)
+    return value
+
+
+def _plain_float(text: str) -> float:
+    value = float(text)
+    if _scan_float(value) != _PLAIN:
+        raise _NotPlainError(text)
+    return value
+
+
+def _no_constant(text: str) -> Any:
+    raise _NotPlainError(text)
+
+
+_PLAIN_DECODER: Final = json.JSONDecoder(parse_int=_plain_int, parse_float=_plain_float, parse_constant=_no_constant)
+
+
+def parse_plain(data: bytes) -> tuple[Any, bool]:
+    r"""``json.loads(data)``, and whether the value is known plain.
+
+    Known plain when ``data`` is ASCII without ``\u`` escapes (so every string and key is ASCII)
+    and every number is a safe integer or a plain non-integral float: then
+    :func:`canonical_plain` of the value, or of any part of it, equals :func:`canonical_bytes`.
+
+    Raises:
+        ValueError: ``data`` is not JSON (as ``json.loads``).
+    """
+    if data.isascii() and b"\\u" not in data:
+        try:
+            return _PLAIN_DECODER.decode(data.decode("ascii")), True
+        except ValueError:
+            pass  # not plain, or not JSON: json.loads decides
+    return json.loads(data), False
+
+
+def canonical_plain(value: Any) -> bytes:
+    """:func:`canonical_bytes` of a value :func:`parse_plain` reported plain (or of a part of it).
+
+    Skips the plain-value scan; only for values known plain.
+    """
+    return _PLAIN_ENCODER.encode(value).encode("utf-8")
 
 
 @functools.lru_cache(maxsize=1024)

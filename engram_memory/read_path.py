@@ -31,7 +31,6 @@ while the search was reading is detected with a fresh view and the search is re-
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -50,6 +49,7 @@ from engram_memory.canonical import (
     epoch_ms,
     format_cursor,
     format_instant,
+    parse_plain,
     receipt_digest,
 )
 from engram_memory.context import HostBinding, now_within_deadline
@@ -142,8 +142,8 @@ class ReadPath:
         except SealIntegrityError as exc:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="record body altered") from exc
         try:
-            record = json.loads(plaintext)
-            whole = _rederived(record, row)
+            record, plain = parse_plain(plaintext)
+            whole = _rederived(record, row, plain=plain)
         except (ValueError, CanonicalError) as exc:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="record body unreadable") from exc
         if whole is None:
@@ -486,7 +486,7 @@ class ReadPath:
         )
 
 
-def _rederived(record: Any, row: RecordRow) -> bytes | None:
+def _rederived(record: Any, row: RecordRow, *, plain: bool) -> bytes | None:
     """The canonical bytes of an opened body if it re-derives the row's id and digest, else ``None``.
 
     Raises:
@@ -498,7 +498,7 @@ def _rederived(record: Any, row: RecordRow) -> bytes | None:
         and record.get("record_digest") == row.record_digest
     ):
         return None
-    rest, whole = record_forms(record)
+    rest, whole = record_forms(record, plain=plain)
     return whole if digest_bytes(Domain.RECORD, rest) == row.record_digest else None
 
 

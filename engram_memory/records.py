@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from engram_memory.canonical import Domain, canonical_bytes, digest, receipt_digest, record_id_from_digest
+from engram_memory.canonical import (
+    Domain,
+    canonical_bytes,
+    canonical_plain,
+    digest,
+    receipt_digest,
+    record_id_from_digest,
+)
 from engram_memory.context import HostBinding
 from engram_memory.ports import Policy
 
@@ -163,12 +170,13 @@ def transaction_receipt(
     return receipt_digest(Domain.TRANSACTION, body)
 
 
-def record_forms(record: dict[str, Any]) -> tuple[bytes, bytes]:
+def record_forms(record: dict[str, Any], *, plain: bool = False) -> tuple[bytes, bytes]:
     """Canonical bytes of ``record`` without ``record_id`` and ``record_digest``, and of all of it.
 
     The first is what ``record_digest`` hashes (see :func:`build_record`); the second is
     ``canonical_bytes(record)``. With ASCII keys, the members sorting below and above the two id
-    members are canonicalised once each and joined both ways.
+    members are canonicalised once each and joined both ways. ``plain``: ``record`` is known plain
+    (:func:`~engram_memory.canonical.parse_plain`), so its parts are encoded without a scan.
 
     Raises:
         CanonicalError: ``record`` has no canonical form.
@@ -183,7 +191,8 @@ def record_forms(record: dict[str, Any]) -> tuple[bytes, bytes]:
             low[key] = value
         elif key > _ID_KEYS[1]:
             high[key] = value
-    parts = [canonical_bytes(part)[1:-1] for part in (low, high) if part]
-    ids = [canonical_bytes(key) + b":" + canonical_bytes(record[key]) for key in _ID_KEYS if key in record]
+    encode = canonical_plain if plain else canonical_bytes
+    parts = [encode(part)[1:-1] for part in (low, high) if part]
+    ids = [encode(key) + b":" + encode(record[key]) for key in _ID_KEYS if key in record]
     whole = parts[:1] + ids + parts[1:] if low else ids + parts
     return b"{" + b",".join(parts) + b"}", b"{" + b",".join(whole) + b"}"

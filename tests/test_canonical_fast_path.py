@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engram_memory.canonical import _is_plain, _normalise, canonical_bytes
+from engram_memory.canonical import _is_plain, _normalise, canonical_bytes, canonical_plain, parse_plain
 
 _scalars = (
     st.none()
@@ -77,3 +79,67 @@ def test_integral_floats_take_the_fast_path_as_integers() -> None:
     assert _is_plain(value)
     assert canonical_bytes(value) == b'{"n":[0,9007199254740991],"score":1,"weights":{"a":3,"b":0.5}}'
     assert canonical_bytes(value) == _slow(value)
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Equal values of the same types all the way down (``1 == 1.0`` is not enough)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same_json(a[key], b[key]) for key in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b) or (a != a and b != b)  # noqa: PLR0124 - NaN
+
+
+_texts = st.sampled_from(
+    [
+        '{"a":1.0}',
+        '{"a":-0}',
+        '{"a":-0.0}',
+        "[1e400]",
+        "[NaN]",
+        '["\\u00e9"]',
+        '"\\ud800"',
+        "[9007199254740992]",
+        " [1] ",
+        "\x00[]",
+        "[1,]",
+    ]
+)
+
+
+@settings(max_examples=400)
+@given(_json | _with_integral, st.sampled_from(["canonical", "ascii", "spaced"]))
+def test_parse_plain_parses_as_json_loads_and_knows_when_the_fast_path_is_exact(value: Any, form: str) -> None:
+    try:
+        if form == "canonical":
+            data = canonical_bytes(value)
+        else:
+            data = json.dumps(value, ensure_ascii=form == "ascii", indent=1 if form == "spaced" else None).encode()
+    except (ValueError, UnicodeEncodeError):
+        return
+    _check_parse_plain(data)
+
+
+@given(_texts | st.text(max_size=12))
+def test_parse_plain_fails_and_succeeds_as_json_loads(text: str) -> None:
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        return
+    _check_parse_plain(data)
+
+
+def _check_parse_plain(data: bytes) -> None:
+    try:
+        expected = json.loads(data)
+    except ValueError as exc:
+        with pytest.raises(type(exc)):
+            parse_plain(data)
+        return
+    parsed, plain = parse_plain(data)
+    assert _same_json(parsed, expected)
+    if plain:
+        assert _is_plain(parsed)
+        assert canonical_plain(parsed) == canonical_bytes(parsed) == _slow(parsed)
