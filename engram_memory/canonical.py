@@ -161,7 +161,10 @@ def _normalise(value: Any) -> Any:  # noqa: C901 - one branch per JSON type
     return value
 
 
-_PLAIN_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False)
+_PLAIN_ENCODER: Final = json.JSONEncoder(
+    ensure_ascii=False, check_circular=False, separators=(",", ":"), sort_keys=True, allow_nan=False
+)
+"""Only given plain values: the scan (or the parser) has already refused cycles by recursing."""
 _PLAIN_FLOAT_RANGE: Final = (1e-4, 1e16)
 _NOT_PLAIN: Final = 0
 _PLAIN: Final = 1

@@ -174,25 +174,45 @@ def record_forms(record: dict[str, Any], *, plain: bool = False) -> tuple[bytes,
     """Canonical bytes of ``record`` without ``record_id`` and ``record_digest``, and of all of it.
 
     The first is what ``record_digest`` hashes (see :func:`build_record`); the second is
-    ``canonical_bytes(record)``. With ASCII keys, the members sorting below and above the two id
-    members are canonicalised once each and joined both ways. ``plain``: ``record`` is known plain
-    (:func:`~engram_memory.canonical.parse_plain`), so its parts are encoded without a scan.
+    ``canonical_bytes(record)``. With ASCII keys the two id members are adjacent in the whole
+    record's bytes: the first form is the second without them when their bytes occur exactly once;
+    otherwise the members sorting below and above them are canonicalised once each and joined both
+    ways. ``plain``: ``record`` is known plain (:func:`~engram_memory.canonical.parse_plain`), so
+    it is encoded without a scan.
 
     Raises:
         CanonicalError: ``record`` has no canonical form.
     """
+    encode = canonical_plain if plain else canonical_bytes
     low: dict[str, Any] = {}
     high: dict[str, Any] = {}
     for key, value in record.items():
         if type(key) is not str or not key.isascii() or (_ID_KEYS[0] < key < _ID_KEYS[1]):
-            rest = {key: item for key, item in record.items() if key not in _ID_KEYS}
-            return canonical_bytes(rest), canonical_bytes(record)
+            others = {key: item for key, item in record.items() if key not in _ID_KEYS}
+            return canonical_bytes(others), canonical_bytes(record)
         if key < _ID_KEYS[0]:
             low[key] = value
         elif key > _ID_KEYS[1]:
             high[key] = value
-    encode = canonical_plain if plain else canonical_bytes
+    ids = b",".join([encode(key) + b":" + encode(record[key]) for key in _ID_KEYS if key in record])
+    if ids:
+        whole = encode(record)
+        rest = _without_once(whole, ids)
+        if rest is not None:
+            return rest, whole
     parts = [encode(part)[1:-1] for part in (low, high) if part]
-    ids = [encode(key) + b":" + encode(record[key]) for key in _ID_KEYS if key in record]
-    whole = parts[:1] + ids + parts[1:] if low else ids + parts
-    return b"{" + b",".join(parts) + b"}", b"{" + b",".join(whole) + b"}"
+    joined = [*parts[:1], ids, *parts[1:]] if low else [ids, *parts]
+    return b"{" + b",".join(parts) + b"}", b"{" + b",".join(part for part in joined if part) + b"}"
+
+
+def _without_once(whole: bytes, members: bytes) -> bytes | None:
+    """``whole`` (canonical object bytes) without ``members`` and one separator, if they occur once."""
+    start = whole.find(members)
+    if start < 0 or whole.find(members, start + 1) >= 0:
+        return None
+    end = start + len(members)
+    if whole[start - 1 : start] == b",":
+        return whole[: start - 1] + whole[end:]
+    if whole[end : end + 1] == b",":
+        return whole[:start] + whole[end + 1 :]
+    return whole[:start] + whole[end:]

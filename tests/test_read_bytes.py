@@ -77,3 +77,17 @@ def test_packet_bytes_equal_the_packet_json(
     expected = _canonical_or_none(packet.to_json())
     if expected is not None:
         assert _packet_bytes(packet, canonical_bytes(record)) == expected
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_record_forms_when_the_id_members_also_occur_nested(plain: bool) -> None:
+    ids = {"record_digest": "sha256:" + "a" * 64, "record_id": "mem_x"}
+    for record in (
+        {"a": dict(ids), **ids, "z": 1},
+        {**ids, "z": dict(ids)},
+        {**ids},
+        {"record_id": "mem_x", "z": [{"record_id": "mem_x"}]},
+        {"a": 1, "record_digest": "sha256:" + "a" * 64},
+    ):
+        rest = {key: item for key, item in record.items() if key not in ids}
+        assert record_forms(record, plain=plain) == (canonical_bytes(rest), canonical_bytes(record))
