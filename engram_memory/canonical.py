@@ -48,6 +48,7 @@ __all__ = [
     "parse_plain",
     "receipt_digest",
     "record_id_from_digest",
+    "sealed_receipt",
 ]
 
 MAX_SAFE_INTEGER: Final = 2**53 - 1
@@ -121,7 +122,10 @@ class Domain(enum.Enum):
     @property
     def prefix(self) -> bytes:
         """The domain as UTF-8 bytes, ready to be prepended to canonical bytes."""
-        return self.value.encode("utf-8")
+        return _PREFIXES[self]
+
+
+_PREFIXES: Final = {domain: domain.value.encode("utf-8") for domain in Domain}
 
 
 def nfc(text: str) -> str:
@@ -393,7 +397,9 @@ def canonical_array(items: Iterable[bytes]) -> bytes:
 
 def digest_bytes(domain: Domain, canonical: bytes) -> str:
     """Digest bytes that are already canonical (lets callers canonicalise a value once)."""
-    return "sha256:" + hashlib.sha256(domain.prefix + canonical).hexdigest()
+    hasher = hashlib.sha256(_PREFIXES[domain])
+    hasher.update(canonical)
+    return "sha256:" + hasher.hexdigest()
 
 
 def digest(domain: Domain, value: Any) -> str:
@@ -404,6 +410,31 @@ def digest(domain: Domain, value: Any) -> str:
 def receipt_digest(domain: Domain, body: dict[str, Any], field: str = "receipt_digest") -> str:
     """Digest a receipt over every key except its own digest ``field``."""
     return digest(domain, {key: item for key, item in body.items() if key != field})
+
+
+def sealed_receipt(domain: Domain, body: dict[str, Any], field: str = "receipt_digest") -> tuple[str, bytes]:
+    """:func:`receipt_digest` of ``body``, and the canonical bytes of ``body`` with it as ``field``.
+
+    Canonicalises once: ``body`` with a zero-digest placeholder as ``field``, whose member is cut
+    out for the digest and then replaced by the real one (when it occurs once; else twice).
+
+    Raises:
+        CanonicalError: ``body`` has no canonical form.
+    """
+    others = {key: item for key, item in body.items() if key != field}
+    placeholder = _member_prefix(field) + canonical_bytes(ZERO_DIGEST)
+    with_placeholder = canonical_bytes({**others, field: ZERO_DIGEST})
+    start = with_placeholder.find(placeholder)
+    if not field.isascii() or start < 0 or with_placeholder.find(placeholder, start + 1) >= 0:
+        value = digest(domain, others)
+        return value, canonical_bytes({**others, field: value})
+    end = start + len(placeholder)
+    head, tail = with_placeholder[:start], with_placeholder[end:]
+    if head.endswith(b","):
+        value = digest_bytes(domain, head[:-1] + tail)
+    else:
+        value = digest_bytes(domain, head + tail[1:] if tail.startswith(b",") else head + tail)
+    return value, head + _member_prefix(field) + canonical_bytes(value) + tail
 
 
 def is_digest(value: object) -> bool:

@@ -51,6 +51,7 @@ from engram_memory.canonical import (
     format_instant,
     parse_plain,
     receipt_digest,
+    sealed_receipt,
 )
 from engram_memory.context import HostBinding, now_within_deadline
 from engram_memory.errors import (
@@ -361,10 +362,10 @@ class ReadPath:
             high_water=high_water,
             authorization=authorization,
         )
-        receipt["receipt_digest"] = receipt_digest(Domain.RANK_RECEIPT, receipt)
+        receipt["receipt_digest"], receipt_bytes = sealed_receipt(Domain.RANK_RECEIPT, receipt)
         next_offset = offset + len(packets)
         next_cursor = cursor_at(next_offset) if next_offset < len(hits) else None
-        members = {"records": canonical_array(packet_bytes), "rank_receipt": canonical_bytes(receipt)}
+        members = {"records": canonical_array(packet_bytes), "rank_receipt": receipt_bytes}
         if next_cursor is not None:
             members["next_page_cursor"] = canonical_bytes(next_cursor)
         body = canonical_object(members)  # the result's JSON value without response_digest
@@ -466,13 +467,13 @@ class ReadPath:
             ),
             "checked_at": format_instant(now),
         }
-        read_receipt["receipt_digest"] = receipt_digest(Domain.READ_RECEIPT, read_receipt)
+        read_receipt["receipt_digest"], read_receipt_bytes = sealed_receipt(Domain.READ_RECEIPT, read_receipt)
         body = canonical_object(  # the result's JSON value without packet_digest
             {
                 "record": redacted_bytes,
                 "redacted_fields": canonical_bytes(removed),
                 "redaction_receipt_digest": canonical_bytes(redaction),
-                "read_receipt": canonical_bytes(read_receipt),
+                "read_receipt": read_receipt_bytes,
             }
         )
         if len(body) + len(',"packet_digest":""') + len(ZERO_DIGEST) > TRANSPORT_CAP:
@@ -504,14 +505,20 @@ def _rederived(record: Any, row: RecordRow, *, plain: bool) -> bytes | None:
 
 def _packet_bytes(packet: RecordPacket, record_bytes: bytes) -> bytes:
     """``canonical_bytes(packet.to_json())``, given the canonical bytes of ``packet.record``."""
-    return canonical_object(
-        {
-            "record": record_bytes,
-            "redacted_fields": canonical_bytes(packet.redacted_fields),
-            "redaction_receipt_digest": canonical_bytes(packet.redaction_receipt_digest),
-            "score": canonical_bytes(packet.score),
-            "rank": canonical_bytes(packet.rank),
-        }
+    return b"".join(  # the members in canonical (sorted) order
+        (
+            b'{"rank":',
+            canonical_bytes(packet.rank),
+            b',"record":',
+            record_bytes,
+            b',"redacted_fields":',
+            canonical_bytes(packet.redacted_fields),
+            b',"redaction_receipt_digest":',
+            canonical_bytes(packet.redaction_receipt_digest),
+            b',"score":',
+            canonical_bytes(packet.score),
+            b"}",
+        )
     )
 
 

@@ -8,7 +8,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engram_memory.canonical import CanonicalError, canonical_array, canonical_bytes, canonical_object
+from engram_memory.canonical import (
+    ZERO_DIGEST,
+    CanonicalError,
+    Domain,
+    canonical_array,
+    canonical_bytes,
+    canonical_object,
+    digest,
+    receipt_digest,
+    sealed_receipt,
+)
 from engram_memory.records import record_forms
 from engram_memory.results import RecordPacket
 
@@ -91,3 +101,27 @@ def test_record_forms_when_the_id_members_also_occur_nested(plain: bool) -> None
     ):
         rest = {key: item for key, item in record.items() if key not in ids}
         assert record_forms(record, plain=plain) == (canonical_bytes(rest), canonical_bytes(record))
+
+
+@settings(max_examples=300)
+@given(
+    st.dictionaries(st.sampled_from(["receipt_digest", "a", "z", "é", "receipt", "r"]) | _ascii_keys, _values),
+    st.sampled_from(["receipt_digest", "redaction_receipt_digest", "é"]),
+)
+def test_sealed_receipt_is_the_receipt_digest_and_the_sealed_bytes(body: dict[str, Any], field: str) -> None:
+    if _canonical_or_none(body) is None:
+        return
+    value, sealed = sealed_receipt(Domain.RANK_RECEIPT, body, field)
+    assert value == receipt_digest(Domain.RANK_RECEIPT, body, field)
+    assert sealed == canonical_bytes({**body, field: value})
+
+
+def test_sealed_receipt_when_the_placeholder_member_also_occurs_nested() -> None:
+    body = {"a": {"receipt_digest": ZERO_DIGEST}, "receipt_digest": ZERO_DIGEST, "z": 1}
+    value, sealed = sealed_receipt(Domain.READ_RECEIPT, body)
+    assert value == receipt_digest(Domain.READ_RECEIPT, body)
+    assert sealed == canonical_bytes({**body, "receipt_digest": value})
+    assert sealed_receipt(Domain.READ_RECEIPT, {}) == (
+        digest(Domain.READ_RECEIPT, {}),
+        canonical_bytes({"receipt_digest": digest(Domain.READ_RECEIPT, {})}),
+    )
