@@ -89,6 +89,7 @@ GET: Final = "engram_memory_get"
 _PLACEHOLDER_DIGEST: Final = ZERO_DIGEST
 _SEARCH_ATTEMPTS: Final = 3
 _DIGEST_MEMBER_BYTES: Final = len(',"response_digest":""') + len(ZERO_DIGEST)
+_SCORE_AND_RECENCY: Final = struct.Struct(">dd")
 
 
 class _ConcurrentErasureError(Exception):
@@ -163,7 +164,7 @@ class ReadPath:
     ) -> tuple[dict[str, Any], list[str], str, bytes]:
         """The redacted record, the removed fields, the redaction receipt and the record's bytes."""
         redacted, removed = redact_record(record, allowlist)
-        receipt = receipt_digest(
+        receipt = digest(  # the receipt_digest of a body without its redaction_receipt_digest field
             Domain.RECALL_REDACTION,
             {
                 "record_id": record["record_id"],
@@ -171,7 +172,6 @@ class ReadPath:
                 "policy_version": self._policy.policy_version,
                 "redacted_fields": removed,
             },
-            "redaction_receipt_digest",
         )
         return redacted, removed, receipt, (whole if allowlist is None else canonical_bytes(redacted))
 
@@ -265,7 +265,7 @@ class ReadPath:
                 if system_as_of > high_water:
                     raise _stale("pinned system cursor is above the high water")
             hits = self._ranker.rank(reader, RankingQuery(terms=terms, valid_as_of=valid_as_of, now_ms=now_ms))
-            ordering = _ordering_digest(hits)
+            ordering = None if pinned is None else _ordering_digest(hits)  # a first page may need none
             if pinned is not None and (ordering != pinned.ordering_digest or offset >= len(hits)):
                 raise _stale("the ordering at the pinned instants changed")
             ids_json = canonical_bytes([hit.record_id for hit in hits])
@@ -329,16 +329,15 @@ class ReadPath:
                 "receipt_digest": _PLACEHOLDER_DIGEST,
             }
 
-            def cursor_at(position: int) -> str:
-                pins = PageCursor(
+            def pins_at(position: int, ordering: str) -> PageCursor:
+                return PageCursor(
                     offset=position, valid_as_of=valid_as_of, system_as_of=system_as_of, ordering_digest=ordering
                 )
-                return codec.encode(pins, binding_digest)
 
-            skeleton = {
+            skeleton = {  # as long as the largest value this page can have (a digest's length is fixed)
                 "records": [],
                 "rank_receipt": receipt,
-                "next_page_cursor": cursor_at(len(hits)),
+                "next_page_cursor": "A" * codec.encoded_length(pins_at(len(hits), _PLACEHOLDER_DIGEST)),
                 "response_digest": _PLACEHOLDER_DIGEST,
             }
             room = TRANSPORT_CAP - (len(canonical_bytes(skeleton)) - len(b"[]"))
@@ -364,7 +363,10 @@ class ReadPath:
         )
         receipt["receipt_digest"], receipt_bytes = sealed_receipt(Domain.RANK_RECEIPT, receipt)
         next_offset = offset + len(packets)
-        next_cursor = cursor_at(next_offset) if next_offset < len(hits) else None
+        next_cursor = None
+        if next_offset < len(hits):
+            ordering = ordering if ordering is not None else _ordering_digest(hits)
+            next_cursor = codec.encode(pins_at(next_offset, ordering), binding_digest)
         members = {"records": canonical_array(packet_bytes), "rank_receipt": receipt_bytes}
         if next_cursor is not None:
             members["next_page_cursor"] = canonical_bytes(next_cursor)
@@ -528,9 +530,8 @@ def _ordering_digest(hits: Sequence[RankedHit]) -> str:
     Internal to the cursor (never published), so it hashes an exact binary form: each id (ASCII,
     no NUL) followed by a NUL and the big-endian IEEE-754 doubles of score and recency.
     """
-    encoded = b"".join(
-        hit.record_id.encode("utf-8") + b"\0" + struct.pack(">dd", hit.score, hit.recency) for hit in hits
-    )
+    pack = _SCORE_AND_RECENCY.pack
+    encoded = b"".join([hit.record_id.encode("utf-8") + b"\0" + pack(hit.score, hit.recency) for hit in hits])
     return digest_bytes(Domain.PAGE_CURSOR, encoded)
 
 

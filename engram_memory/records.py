@@ -34,6 +34,7 @@ __all__ = [
 
 DEFAULT_RETENTION = {"derivative_rule": "make-ineligible"}
 _ID_KEYS = ("record_digest", "record_id")
+_ID_PREFIXES = {key: canonical_bytes(key) + b":" for key in _ID_KEYS}
 
 
 def candidate_context(scope: str, candidate_id: str) -> str:
@@ -194,7 +195,7 @@ def record_forms(record: dict[str, Any], *, plain: bool = False) -> tuple[bytes,
             low[key] = value
         elif key > _ID_KEYS[1]:
             high[key] = value
-    ids = b",".join([encode(key) + b":" + encode(record[key]) for key in _ID_KEYS if key in record])
+    ids = b",".join([_ID_PREFIXES[key] + encode(record[key]) for key in _ID_KEYS if key in record])
     if ids:
         whole = encode(record)
         rest = _without_once(whole, ids)

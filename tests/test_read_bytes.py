@@ -19,6 +19,8 @@ from engram_memory.canonical import (
     receipt_digest,
     sealed_receipt,
 )
+from engram_memory.page_cursor import PageCursor, PageCursorCodec
+from engram_memory.ports import RankedHit
 from engram_memory.records import record_forms
 from engram_memory.results import RecordPacket
 
@@ -125,3 +127,28 @@ def test_sealed_receipt_when_the_placeholder_member_also_occurs_nested() -> None
         digest(Domain.READ_RECEIPT, {}),
         canonical_bytes({"receipt_digest": digest(Domain.READ_RECEIPT, {})}),
     )
+
+
+@given(
+    offset=st.integers(0, 10**6),
+    valid_as_of=st.integers(0, 2**53 - 1),
+    system_as_of=st.integers(0, 2**64 - 1),
+    ordering=st.text(max_size=80),
+)
+def test_encoded_length_is_the_length_of_the_encoded_cursor(
+    offset: int, valid_as_of: int, system_as_of: int, ordering: str
+) -> None:
+    codec = PageCursorCodec(b"s" * 32)
+    cursor = PageCursor(offset=offset, valid_as_of=valid_as_of, system_as_of=system_as_of, ordering_digest=ordering)
+    try:
+        token = codec.encode(cursor, ZERO_DIGEST)
+    except CanonicalError:
+        return
+    assert codec.encoded_length(cursor) == len(token)
+
+
+def test_an_ordering_digest_is_as_long_as_the_placeholder() -> None:
+    from engram_memory.read_path import _ordering_digest  # noqa: PLC0415 - private helper under test
+
+    for hits in ([], [RankedHit(record_id="mem_a", score=1.0, recency=0.5, lexical=1.0)]):
+        assert len(_ordering_digest(hits)) == len(ZERO_DIGEST)
