@@ -18,7 +18,7 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -169,6 +169,39 @@ _PLAIN_ENCODER: Final = json.JSONEncoder(
     ensure_ascii=False, check_circular=False, separators=(",", ":"), sort_keys=True, allow_nan=False
 )
 """Only given plain values: the scan (or the parser) has already refused cycles by recursing."""
+
+
+def _one_shot_encoder() -> Callable[[Any], str]:
+    """``_PLAIN_ENCODER.encode``, with the C encoder it builds on every call built once instead.
+
+    Falls back to ``_PLAIN_ENCODER.encode`` when the C encoder is missing or does not answer as
+    ``encode`` does on a probe value.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython has it
+        return _PLAIN_ENCODER.encode
+    probe = {"b": [1, 2.5, 'x\n"\\é', None, False], "a": {"z": True, "": []}}
+    try:
+        enc = _PLAIN_ENCODER  # the arguments JSONEncoder.iterencode passes (no markers: no cycle check)
+        built = make(
+            None,
+            enc.default,
+            json.encoder.encode_basestring,
+            enc.indent,
+            enc.key_separator,
+            enc.item_separator,
+            enc.sort_keys,
+            enc.skipkeys,
+            enc.allow_nan,
+        )
+        if "".join(built(probe, 0)) != _PLAIN_ENCODER.encode(probe):  # pragma: no cover - checked at import
+            return _PLAIN_ENCODER.encode
+    except Exception:  # noqa: BLE001 # pragma: no cover - another interpreter's C encoder
+        return _PLAIN_ENCODER.encode
+    return lambda value: "".join(built(value, 0))
+
+
+_PLAIN_ENCODE: Final = _one_shot_encoder()
 _PLAIN_FLOAT_RANGE: Final = (1e-4, 1e16)
 _NOT_PLAIN: Final = 0
 _PLAIN: Final = 1
@@ -311,9 +344,9 @@ def canonical_bytes(value: Any) -> bytes:
     """
     state = _scan(value)
     if state == _PLAIN:
-        return _PLAIN_ENCODER.encode(value).encode("utf-8")
+        return _PLAIN_ENCODE(value).encode("utf-8")
     if state == _INTEGRAL:
-        return _PLAIN_ENCODER.encode(_integral(value)).encode("utf-8")
+        return _PLAIN_ENCODE(_integral(value)).encode("utf-8")
     try:
         return rfc8785.dumps(_normalise(value))
     except rfc8785.CanonicalizationError as exc:
@@ -368,7 +401,7 @@ def canonical_plain(value: Any) -> bytes:
 
     Skips the plain-value scan; only for values known plain.
     """
-    return _PLAIN_ENCODER.encode(value).encode("utf-8")
+    return _PLAIN_ENCODE(value).encode("utf-8")
 
 
 @functools.lru_cache(maxsize=1024)

@@ -10,7 +10,15 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engram_memory.canonical import _is_plain, _normalise, canonical_bytes, canonical_plain, parse_plain
+from engram_memory.canonical import (
+    _PLAIN_ENCODE,
+    _PLAIN_ENCODER,
+    _is_plain,
+    _normalise,
+    canonical_bytes,
+    canonical_plain,
+    parse_plain,
+)
 
 _scalars = (
     st.none()
@@ -143,3 +151,13 @@ def _check_parse_plain(data: bytes) -> None:
     if plain:
         assert _is_plain(parsed)
         assert canonical_plain(parsed) == canonical_bytes(parsed) == _slow(parsed)
+
+
+@settings(max_examples=300)
+@given(_json | _with_integral)
+def test_the_one_shot_encoder_writes_what_the_plain_encoder_writes(value: Any) -> None:
+    try:
+        expected = _PLAIN_ENCODER.encode(value)
+    except ValueError:
+        return
+    assert _PLAIN_ENCODE(value) == expected
