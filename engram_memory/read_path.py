@@ -334,7 +334,7 @@ class ReadPath:
                     offset=position, valid_as_of=valid_as_of, system_as_of=system_as_of, ordering_digest=ordering
                 )
 
-            skeleton = {  # as long as the largest value this page can have (a digest's length is fixed)
+            skeleton = {  # the value without records; its cursor as long as the longest one this page can issue
                 "records": [],
                 "rank_receipt": receipt,
                 "next_page_cursor": "A" * codec.encoded_length(pins_at(len(hits), _PLACEHOLDER_DIGEST)),
