@@ -6,6 +6,7 @@ Each function canonicalises its value once; every digest here uses a named
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 from engram_memory.canonical import (
@@ -185,25 +186,29 @@ def record_forms(record: dict[str, Any], *, plain: bool = False) -> tuple[bytes,
         CanonicalError: ``record`` has no canonical form.
     """
     encode = canonical_plain if plain else canonical_bytes
-    low: dict[str, Any] = {}
-    high: dict[str, Any] = {}
-    for key, value in record.items():
-        if type(key) is not str or not key.isascii() or (_ID_KEYS[0] < key < _ID_KEYS[1]):
-            others = {key: item for key, item in record.items() if key not in _ID_KEYS}
-            return canonical_bytes(others), canonical_bytes(record)
-        if key < _ID_KEYS[0]:
-            low[key] = value
-        elif key > _ID_KEYS[1]:
-            high[key] = value
+    if not _ascii_keys_with_adjacent_ids(record):
+        others = {key: item for key, item in record.items() if key not in _ID_KEYS}
+        return canonical_bytes(others), canonical_bytes(record)
     ids = b",".join([_ID_PREFIXES[key] + encode(record[key]) for key in _ID_KEYS if key in record])
     if ids:
         whole = encode(record)
         rest = _without_once(whole, ids)
         if rest is not None:
             return rest, whole
+    low = {key: item for key, item in record.items() if key < _ID_KEYS[0]}
+    high = {key: item for key, item in record.items() if key > _ID_KEYS[1]}
     parts = [encode(part)[1:-1] for part in (low, high) if part]
     joined = [*parts[:1], ids, *parts[1:]] if low else [ids, *parts]
     return b"{" + b",".join(parts) + b"}", b"{" + b",".join(part for part in joined if part) + b"}"
+
+
+def _ascii_keys_with_adjacent_ids(record: dict[Any, Any]) -> bool:
+    """Whether every key is an ASCII ``str`` and none sorts between the two id keys."""
+    if set(map(type, record)) - {str} or not "".join(record).isascii():
+        return False
+    keys = sorted(record)
+    after = bisect.bisect_right(keys, _ID_KEYS[0])
+    return after == len(keys) or keys[after] >= _ID_KEYS[1]
 
 
 def _without_once(whole: bytes, members: bytes) -> bytes | None:
