@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import base64
 import enum
+import functools
 import hashlib
 import json
+import math
 import re
 import unicodedata
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -27,7 +30,10 @@ __all__ = [
     "ZERO_DIGEST",
     "CanonicalError",
     "Domain",
+    "canonical_array",
     "canonical_bytes",
+    "canonical_object",
+    "canonical_plain",
     "digest",
     "digest_bytes",
     "epoch_ms",
@@ -39,8 +45,10 @@ __all__ = [
     "nfc",
     "parse_cursor",
     "parse_instant",
+    "parse_plain",
     "receipt_digest",
     "record_id_from_digest",
+    "sealed_receipt",
 ]
 
 MAX_SAFE_INTEGER: Final = 2**53 - 1
@@ -114,7 +122,10 @@ class Domain(enum.Enum):
     @property
     def prefix(self) -> bytes:
         """The domain as UTF-8 bytes, ready to be prepended to canonical bytes."""
-        return self.value.encode("utf-8")
+        return _PREFIXES[self]
+
+
+_PREFIXES: Final = {domain: domain.value.encode("utf-8") for domain in Domain}
 
 
 def nfc(text: str) -> str:
@@ -154,33 +165,161 @@ def _normalise(value: Any) -> Any:  # noqa: C901 - one branch per JSON type
     return value
 
 
-_PLAIN_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False)
+_PLAIN_ENCODER: Final = json.JSONEncoder(
+    ensure_ascii=False, check_circular=False, separators=(",", ":"), sort_keys=True, allow_nan=False
+)
+"""Only given plain values: the scan (or the parser) has already refused cycles by recursing."""
+
+
+def _one_shot_encoder() -> Callable[[Any], str]:
+    """``_PLAIN_ENCODER.encode``, with the C encoder it builds on every call built once instead.
+
+    Falls back to ``_PLAIN_ENCODER.encode`` when the C encoder is missing or does not answer as
+    ``encode`` does on a probe value.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython has it
+        return _PLAIN_ENCODER.encode
+    probe = {"b": [1, 2.5, 'x\n"\\é', None, False], "a": {"z": True, "": []}}
+    try:
+        enc = _PLAIN_ENCODER  # the arguments JSONEncoder.iterencode passes (no markers: no cycle check)
+        built = make(
+            None,
+            enc.default,
+            json.encoder.encode_basestring,
+            enc.indent,
+            enc.key_separator,
+            enc.item_separator,
+            enc.sort_keys,
+            enc.skipkeys,
+            enc.allow_nan,
+        )
+        if "".join(built(probe, 0)) != _PLAIN_ENCODER.encode(probe):  # pragma: no cover - checked at import
+            return _PLAIN_ENCODER.encode
+    except Exception:  # noqa: BLE001 # pragma: no cover - another interpreter's C encoder
+        return _PLAIN_ENCODER.encode
+    return lambda value: "".join(built(value, 0))
+
+
+_PLAIN_ENCODE: Final = _one_shot_encoder()
 _PLAIN_FLOAT_RANGE: Final = (1e-4, 1e16)
+_NOT_PLAIN: Final = 0
+_PLAIN: Final = 1
+_INTEGRAL: Final = 3
+"""Plain once its integral floats are written as integers (what :func:`_normalise` does).
+
+``_PLAIN | _INTEGRAL == _INTEGRAL``: the answer for a container is the bitwise or of its items'.
+"""
+_STR_ONLY: Final = frozenset({str})
+_BULK_STRINGS: Final = 16
 
 
-def _is_plain(value: Any) -> bool:  # noqa: PLR0911 - one answer per JSON type
+def _plain_text(text: str) -> bool:
+    """Whether a non-ASCII string is NFC and has no lone surrogate."""
+    return _encodable(text) and unicodedata.is_normalized("NFC", text)
+
+
+def _scan_float(value: float) -> int:
+    if value.is_integer():
+        if value == 0 and math.copysign(1.0, value) < 0:
+            return _NOT_PLAIN
+        return _INTEGRAL if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else _NOT_PLAIN
+    low, high = _PLAIN_FLOAT_RANGE
+    return _PLAIN if low <= abs(value) < high else _NOT_PLAIN
+
+
+def _scan_leaf(item: Any, kind: type) -> int:
+    """:func:`_scan` of a value that is not a ``str``, ``int`` or ``None``/``bool`` (checked inline)."""
+    if kind is dict:
+        return _scan_object(item)
+    if kind is list or kind is tuple:
+        return _scan_items(item)
+    if kind is float:
+        return _scan_float(item)
+    return _NOT_PLAIN
+
+
+def _scan_object(value: dict[Any, Any]) -> int:
+    state = _PLAIN
+    for key, item in value.items():
+        if type(key) is not str or not key.isascii():
+            return _NOT_PLAIN
+        kind = type(item)
+        if kind is str:
+            if item.isascii() or _plain_text(item):
+                continue
+            return _NOT_PLAIN
+        if kind is int:
+            if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                continue
+            return _NOT_PLAIN
+        if item is None or item is True or item is False:
+            continue
+        inner = _scan_leaf(item, kind)
+        if inner == _NOT_PLAIN:
+            return _NOT_PLAIN
+        state |= inner
+    return state
+
+
+def _scan_items(items: list[Any] | tuple[Any, ...]) -> int:
+    if len(items) > _BULK_STRINGS and set(map(type, items)) == _STR_ONLY and "".join(items).isascii():
+        return _PLAIN
+    state = _PLAIN
+    for item in items:
+        kind = type(item)
+        if kind is str:
+            if item.isascii() or _plain_text(item):
+                continue
+            return _NOT_PLAIN
+        if kind is int:
+            if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                continue
+            return _NOT_PLAIN
+        if item is None or item is True or item is False:
+            continue
+        inner = _scan_leaf(item, kind)
+        if inner == _NOT_PLAIN:
+            return _NOT_PLAIN
+        state |= inner
+    return state
+
+
+def _scan(value: Any) -> int:
     """Whether ``json`` writes ``value`` exactly as RFC 8785 would (so the fast path is exact).
 
-    Plain: ``None``, booleans, safe integers, non-integral floats whose shortest form has no
-    exponent in both languages (1e-4 ≤ |x| < 1e16), NFC strings without lone surrogates, lists of
-    plain values, and objects with ASCII keys (ASCII sorts the same by code point and by UTF-16
-    code unit) and plain values.
+    ``_PLAIN``: ``None``, booleans, safe integers, non-integral floats whose shortest form has no
+    exponent in both languages (1e-4 ≤ |x| < 1e16), NFC strings without lone surrogates, lists
+    and tuples of plain values, and objects with ASCII ``str`` keys (ASCII sorts the same by code
+    point and by UTF-16 code unit) and plain values. ``_INTEGRAL``: the same, but with integral
+    floats (not ``-0``) within the safe integer range, which RFC 8785 writes as integers.
+    Otherwise ``_NOT_PLAIN``.
     """
-    if value is None or value is True or value is False:
-        return True
     kind = type(value)
     if kind is str:
-        return value.isascii() or (_encodable(value) and unicodedata.is_normalized("NFC", value))
+        return _PLAIN if value.isascii() or _plain_text(value) else _NOT_PLAIN
     if kind is int:
-        return bool(-MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER)
-    if kind is float:
-        low, high = _PLAIN_FLOAT_RANGE
-        return not value.is_integer() and low <= abs(value) < high
-    if kind is list or kind is tuple:
-        return all(_is_plain(item) for item in value)
+        return _PLAIN if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else _NOT_PLAIN
+    if value is None or value is True or value is False:
+        return _PLAIN
+    return _scan_leaf(value, kind)
+
+
+def _is_plain(value: Any) -> bool:
+    """Whether :func:`canonical_bytes` takes the fast path for ``value``."""
+    return _scan(value) != _NOT_PLAIN
+
+
+def _integral(value: Any) -> Any:
+    """``value`` with its integral floats as integers (only called on ``_INTEGRAL`` values)."""
+    kind = type(value)
+    if kind is float and value.is_integer():
+        return int(value)
     if kind is dict:
-        return all(type(key) is str and key.isascii() and _is_plain(item) for key, item in value.items())
-    return False
+        return {key: _integral(item) for key, item in value.items()}
+    if kind is list or kind is tuple:
+        return [_integral(item) for item in value]
+    return value
 
 
 def _encodable(text: str) -> bool:
@@ -196,23 +335,104 @@ def canonical_bytes(value: Any) -> bytes:
 
     Integral floats serialise as integers (``1.0`` → ``1``), object keys sort by UTF-16 code
     units, and strings and keys are NFC-normalised first. Values that the standard ``json``
-    encoder already writes in canonical form take a fast path with identical output.
+    encoder writes in canonical form (once integral floats are integers) take a fast path with
+    identical output.
 
     Raises:
         CanonicalError: a lone surrogate, a duplicate key after NFC, ``-0``, NaN or infinity, or
             an integer outside ±(2**53 − 1).
     """
-    if _is_plain(value):
-        return _PLAIN_ENCODER.encode(value).encode("utf-8")
+    state = _scan(value)
+    if state == _PLAIN:
+        return _PLAIN_ENCODE(value).encode("utf-8")
+    if state == _INTEGRAL:
+        return _PLAIN_ENCODE(_integral(value)).encode("utf-8")
     try:
         return rfc8785.dumps(_normalise(value))
     except rfc8785.CanonicalizationError as exc:
         raise CanonicalError("value has no canonical JSON form") from exc
 
 
+class _NotPlainError(ValueError):
+    """A parsed number that the fast path does not write as RFC 8785 does."""
+
+
+def _plain_int(text: str) -> int:
+    value = int(text)
+    if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        raise _NotPlainError(text)
+    return value
+
+
+def _plain_float(text: str) -> float:
+    value = float(text)
+    if _scan_float(value) != _PLAIN:
+        raise _NotPlainError(text)
+    return value
+
+
+def _no_constant(text: str) -> Any:
+    raise _NotPlainError(text)
+
+
+_PLAIN_DECODER: Final = json.JSONDecoder(parse_int=_plain_int, parse_float=_plain_float, parse_constant=_no_constant)
+
+
+def parse_plain(data: bytes) -> tuple[Any, bool]:
+    r"""``json.loads(data)``, and whether the value is known plain.
+
+    Known plain when ``data`` is ASCII without ``\u`` escapes (so every string and key is ASCII)
+    and every number is a safe integer or a plain non-integral float: then
+    :func:`canonical_plain` of the value, or of any part of it, equals :func:`canonical_bytes`.
+
+    Raises:
+        ValueError: ``data`` is not JSON (as ``json.loads``).
+    """
+    if data.isascii() and b"\\u" not in data:
+        try:
+            return _PLAIN_DECODER.decode(data.decode("ascii")), True
+        except ValueError:
+            pass  # not plain, or not JSON: json.loads decides
+    return json.loads(data), False
+
+
+def canonical_plain(value: Any) -> bytes:
+    """:func:`canonical_bytes` of a value :func:`parse_plain` reported plain (or of a part of it).
+
+    Skips the plain-value scan; only for values known plain.
+    """
+    return _PLAIN_ENCODE(value).encode("utf-8")
+
+
+@functools.lru_cache(maxsize=1024)
+def _member_prefix(key: str) -> bytes:
+    return canonical_bytes(key) + b":"
+
+
+def canonical_object(members: Mapping[str, bytes]) -> bytes:
+    """The RFC 8785 bytes of an object from the canonical bytes of its member values.
+
+    Equal to ``canonical_bytes`` of the object when every ``members[key]`` is ``canonical_bytes``
+    of that member's value. Keys must be ASCII (they sort alike by code point and UTF-16 unit).
+
+    Raises:
+        CanonicalError: a key that is not an ASCII ``str``.
+    """
+    if members and (set(map(type, members)) != _STR_ONLY or not "".join(members).isascii()):
+        raise CanonicalError("object keys must be ASCII strings")
+    return b"{" + b",".join([_member_prefix(key) + members[key] for key in sorted(members)]) + b"}"
+
+
+def canonical_array(items: Iterable[bytes]) -> bytes:
+    """The RFC 8785 bytes of an array from the canonical bytes of its items."""
+    return b"[" + b",".join(items) + b"]"
+
+
 def digest_bytes(domain: Domain, canonical: bytes) -> str:
     """Digest bytes that are already canonical (lets callers canonicalise a value once)."""
-    return "sha256:" + hashlib.sha256(domain.prefix + canonical).hexdigest()
+    hasher = hashlib.sha256(_PREFIXES[domain])
+    hasher.update(canonical)
+    return "sha256:" + hasher.hexdigest()
 
 
 def digest(domain: Domain, value: Any) -> str:
@@ -223,6 +443,31 @@ def digest(domain: Domain, value: Any) -> str:
 def receipt_digest(domain: Domain, body: dict[str, Any], field: str = "receipt_digest") -> str:
     """Digest a receipt over every key except its own digest ``field``."""
     return digest(domain, {key: item for key, item in body.items() if key != field})
+
+
+def sealed_receipt(domain: Domain, body: dict[str, Any], field: str = "receipt_digest") -> tuple[str, bytes]:
+    """:func:`receipt_digest` of ``body``, and the canonical bytes of ``body`` with it as ``field``.
+
+    Canonicalises once: ``body`` with a zero-digest placeholder as ``field``, whose member is cut
+    out for the digest and then replaced by the real one (when it occurs once; else twice).
+
+    Raises:
+        CanonicalError: ``body`` has no canonical form.
+    """
+    others = {key: item for key, item in body.items() if key != field}
+    placeholder = _member_prefix(field) + canonical_bytes(ZERO_DIGEST)
+    with_placeholder = canonical_bytes({**others, field: ZERO_DIGEST})
+    start = with_placeholder.find(placeholder)
+    if not field.isascii() or start < 0 or with_placeholder.find(placeholder, start + 1) >= 0:
+        value = digest(domain, others)
+        return value, canonical_bytes({**others, field: value})
+    end = start + len(placeholder)
+    head, tail = with_placeholder[:start], with_placeholder[end:]
+    if head.endswith(b","):
+        value = digest_bytes(domain, head[:-1] + tail)
+    else:
+        value = digest_bytes(domain, head + tail[1:] if tail.startswith(b",") else head + tail)
+    return value, head + _member_prefix(field) + canonical_bytes(value) + tail
 
 
 def is_digest(value: object) -> bool:

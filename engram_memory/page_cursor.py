@@ -82,6 +82,10 @@ class PageCursorCodec:
         payload = self._payload(cursor)
         return _b64encode(payload + self._mac(binding_digest, payload))
 
+    def encoded_length(self, cursor: PageCursor) -> int:
+        """``len(self.encode(cursor, binding_digest))`` for any binding digest (no MAC computed)."""
+        return (4 * (len(self._payload(cursor)) + _MAC_BYTES) + 2) // 3
+
     def decode(self, token: str, binding_digest: str) -> PageCursor:
         """Verify and decode a cursor issued for the same binding digest.
 

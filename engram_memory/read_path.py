@@ -31,26 +31,27 @@ while the search was reading is detected with a fresh view and the search is re-
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Final
 
-import attrs
-
 from engram_memory.canonical import (
     ZERO_DIGEST,
     CanonicalError,
     Domain,
+    canonical_array,
     canonical_bytes,
+    canonical_object,
     digest,
     digest_bytes,
     epoch_ms,
     format_cursor,
     format_instant,
+    parse_plain,
     receipt_digest,
+    sealed_receipt,
 )
 from engram_memory.context import HostBinding, now_within_deadline
 from engram_memory.errors import (
@@ -73,7 +74,7 @@ from engram_memory.ports import (
 )
 from engram_memory.ranking.bm25f import CANDIDATE_CAP
 from engram_memory.ranking.eligibility import row_is_eligible
-from engram_memory.records import authorization_for, record_context
+from engram_memory.records import authorization_for, record_context, record_forms
 from engram_memory.redaction import redact_record
 from engram_memory.results import GetResult, RecordPacket, SearchResult
 from engram_memory.store_access import read_view
@@ -88,6 +89,7 @@ GET: Final = "engram_memory_get"
 _PLACEHOLDER_DIGEST: Final = ZERO_DIGEST
 _SEARCH_ATTEMPTS: Final = 3
 _DIGEST_MEMBER_BYTES: Final = len(',"response_digest":""') + len(ZERO_DIGEST)
+_SCORE_AND_RECENCY: Final = struct.Struct(">dd")
 
 
 class _ConcurrentErasureError(Exception):
@@ -123,8 +125,8 @@ class ReadPath:
         allowlist = self._policy.redaction_allowlist(binding)  # failures: POLICY_UNAVAILABLE (GuardedPolicy)
         return None if allowlist is None else tuple(allowlist)
 
-    def _open(self, scope: str, row: RecordRow) -> dict[str, Any]:
-        """Open and re-derive an eligible record's sealed body.
+    def _open(self, scope: str, row: RecordRow) -> tuple[dict[str, Any], bytes]:
+        """Open and re-derive an eligible record's sealed body; the record and its canonical bytes.
 
         Raises:
             EngramError: ``BLOB_MISSING`` (no body, key gone) or ``JOURNAL_CORRUPT`` (the body does
@@ -142,20 +144,14 @@ class ReadPath:
         except SealIntegrityError as exc:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="record body altered") from exc
         try:
-            record = json.loads(plaintext)
-            ok = (
-                isinstance(record, dict)
-                and record.get("record_id") == row.record_id
-                and record.get("record_digest") == row.record_digest
-                and digest(Domain.RECORD, {k: v for k, v in record.items() if k not in {"record_id", "record_digest"}})
-                == row.record_digest
-            )
+            record, plain = parse_plain(plaintext)
+            whole = _rederived(record, row, plain=plain)
         except (ValueError, CanonicalError) as exc:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="record body unreadable") from exc
-        if not ok:
+        if whole is None:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="record body does not re-derive")
         opened: dict[str, Any] = record
-        return opened
+        return opened, whole
 
     def _erased_meanwhile(self, scope: str, row: RecordRow) -> bool:
         """Whether a fresh view shows the record changed since ``row`` was read (a concurrent forget)."""
@@ -164,10 +160,11 @@ class ReadPath:
         return current is None or current.sealed != row.sealed or current.state != row.state
 
     def _redaction(
-        self, record: dict[str, Any], allowlist: tuple[str, ...] | None
-    ) -> tuple[dict[str, Any], list[str], str]:
+        self, record: dict[str, Any], whole: bytes, allowlist: tuple[str, ...] | None
+    ) -> tuple[dict[str, Any], list[str], str, bytes]:
+        """The redacted record, the removed fields, the redaction receipt and the record's bytes."""
         redacted, removed = redact_record(record, allowlist)
-        receipt = receipt_digest(
+        receipt = digest(  # the receipt_digest of a body without its redaction_receipt_digest field
             Domain.RECALL_REDACTION,
             {
                 "record_id": record["record_id"],
@@ -175,9 +172,8 @@ class ReadPath:
                 "policy_version": self._policy.policy_version,
                 "redacted_fields": removed,
             },
-            "redaction_receipt_digest",
         )
-        return redacted, removed, receipt
+        return redacted, removed, receipt, (whole if allowlist is None else canonical_bytes(redacted))
 
     def _authorization(self, tool: str, binding: HostBinding, target: str, now: datetime) -> str:
         return authorization_for(
@@ -269,7 +265,7 @@ class ReadPath:
                 if system_as_of > high_water:
                     raise _stale("pinned system cursor is above the high water")
             hits = self._ranker.rank(reader, RankingQuery(terms=terms, valid_as_of=valid_as_of, now_ms=now_ms))
-            ordering = _ordering_digest(hits)
+            ordering = None if pinned is None else _ordering_digest(hits)  # a first page may need none
             if pinned is not None and (ordering != pinned.ordering_digest or offset >= len(hits)):
                 raise _stale("the ordering at the pinned instants changed")
             ids_json = canonical_bytes([hit.record_id for hit in hits])
@@ -333,20 +329,19 @@ class ReadPath:
                 "receipt_digest": _PLACEHOLDER_DIGEST,
             }
 
-            def cursor_at(position: int) -> str:
-                pins = PageCursor(
+            def pins_at(position: int, ordering: str) -> PageCursor:
+                return PageCursor(
                     offset=position, valid_as_of=valid_as_of, system_as_of=system_as_of, ordering_digest=ordering
                 )
-                return codec.encode(pins, binding_digest)
 
-            skeleton = {
+            skeleton = {  # the value without records; its cursor as long as the longest one this page can issue
                 "records": [],
                 "rank_receipt": receipt,
-                "next_page_cursor": cursor_at(len(hits)),
+                "next_page_cursor": "A" * codec.encoded_length(pins_at(len(hits), _PLACEHOLDER_DIGEST)),
                 "response_digest": _PLACEHOLDER_DIGEST,
             }
             room = TRANSPORT_CAP - (len(canonical_bytes(skeleton)) - len(b"[]"))
-            packets = self._materialise(
+            packets, packet_bytes = self._materialise(
                 reader,
                 binding.scope,
                 hits[offset : offset + args.limit],
@@ -366,20 +361,24 @@ class ReadPath:
             high_water=high_water,
             authorization=authorization,
         )
-        receipt["receipt_digest"] = receipt_digest(Domain.RANK_RECEIPT, receipt)
+        receipt["receipt_digest"], receipt_bytes = sealed_receipt(Domain.RANK_RECEIPT, receipt)
         next_offset = offset + len(packets)
-        result = SearchResult(
-            records=tuple(packets),
-            rank_receipt=receipt,
-            next_page_cursor=cursor_at(next_offset) if next_offset < len(hits) else None,
-            response_digest=_PLACEHOLDER_DIGEST,
-        )
-        value = result.to_json()
-        del value["response_digest"]
-        body = canonical_bytes(value)
+        next_cursor = None
+        if next_offset < len(hits):
+            ordering = ordering if ordering is not None else _ordering_digest(hits)
+            next_cursor = codec.encode(pins_at(next_offset, ordering), binding_digest)
+        members = {"records": canonical_array(packet_bytes), "rank_receipt": receipt_bytes}
+        if next_cursor is not None:
+            members["next_page_cursor"] = canonical_bytes(next_cursor)
+        body = canonical_object(members)  # the result's JSON value without response_digest
         if len(body) + _DIGEST_MEMBER_BYTES > TRANSPORT_CAP:  # pragma: no cover - the room check prevents it
             raise EngramError(ErrorCode.RESULT_TOO_LARGE, detail="search value over the transport cap")
-        return attrs.evolve(result, response_digest=digest_bytes(Domain.SEARCH_RESPONSE, body))
+        return SearchResult(
+            records=tuple(packets),
+            rank_receipt=receipt,
+            next_page_cursor=next_cursor,
+            response_digest=digest_bytes(Domain.SEARCH_RESPONSE, body),
+        )
 
     def _materialise(
         self,
@@ -393,16 +392,20 @@ class ReadPath:
         room: int,
         valid_as_of: int,
         now_ms: int,
-    ) -> list[RecordPacket]:
-        """Open, re-check, redact and budget the records of one page, in rank order."""
+    ) -> tuple[list[RecordPacket], list[bytes]]:
+        """Open, re-check, redact and budget the records of one page, in rank order.
+
+        Returns the packets and the canonical bytes of each packet's JSON value.
+        """
         packets: list[RecordPacket] = []
+        encoded: list[bytes] = []
         used = len(b"[]")
         for index, hit in enumerate(page):
             row = reader.record(hit.record_id)
             if row is None or not row_is_eligible(row, valid_as_of=valid_as_of, now_ms=now_ms):
                 raise EngramError(ErrorCode.PROJECTION_STALE, detail="ranked record is not eligible")
-            record = self._open(scope, row)
-            redacted, removed, redaction = self._redaction(record, allowlist)
+            record, whole = self._open(scope, row)
+            redacted, removed, redaction, redacted_bytes = self._redaction(record, whole, allowlist)
             packet = RecordPacket(
                 record=redacted,
                 redacted_fields=tuple(removed),
@@ -410,7 +413,8 @@ class ReadPath:
                 score=hit.score,
                 rank=first_rank + index,
             )
-            size = len(canonical_bytes(packet.to_json())) + (1 if packets else 0)
+            packet_bytes = _packet_bytes(packet, redacted_bytes)
+            size = len(packet_bytes) + (1 if packets else 0)
             if used + size > min(max_packet_bytes, room):
                 if packets:
                     break
@@ -419,7 +423,8 @@ class ReadPath:
                 raise EngramError(ErrorCode.RESULT_TOO_LARGE, detail="one record exceeds the transport cap")
             used += size
             packets.append(packet)
-        return packets
+            encoded.append(packet_bytes)
+        return packets, encoded
 
     # ------------------------------------------------------------------ get
 
@@ -440,11 +445,11 @@ class ReadPath:
             if row is None or not row_is_eligible(row, valid_as_of=now_ms, now_ms=now_ms):
                 raise EngramError(ErrorCode.NOT_FOUND)
             try:
-                record = self._open(scope, row)
+                record, whole = self._open(scope, row)
             except _ConcurrentErasureError as exc:
                 raise EngramError(ErrorCode.NOT_FOUND) from exc
-        redacted, removed, redaction = self._redaction(record, allowlist)
-        if len(canonical_bytes(redacted)) > args.max_packet_bytes:
+        redacted, removed, redaction, redacted_bytes = self._redaction(record, whole, allowlist)
+        if len(redacted_bytes) > args.max_packet_bytes:
             raise EngramError(ErrorCode.PROJECTION_OVERSIZED, detail="record exceeds max_packet_bytes")
         authorization = self._authorization(GET, binding, args.record_id, now)
         read_receipt: dict[str, Any] = {
@@ -464,20 +469,59 @@ class ReadPath:
             ),
             "checked_at": format_instant(now),
         }
-        read_receipt["receipt_digest"] = receipt_digest(Domain.READ_RECEIPT, read_receipt)
-        result = GetResult(
+        read_receipt["receipt_digest"], read_receipt_bytes = sealed_receipt(Domain.READ_RECEIPT, read_receipt)
+        body = canonical_object(  # the result's JSON value without packet_digest
+            {
+                "record": redacted_bytes,
+                "redacted_fields": canonical_bytes(removed),
+                "redaction_receipt_digest": canonical_bytes(redaction),
+                "read_receipt": read_receipt_bytes,
+            }
+        )
+        if len(body) + len(',"packet_digest":""') + len(ZERO_DIGEST) > TRANSPORT_CAP:
+            raise EngramError(ErrorCode.RESULT_TOO_LARGE, detail="get value over the transport cap")
+        return GetResult(
             record=redacted,
             redacted_fields=tuple(removed),
             redaction_receipt_digest=redaction,
             read_receipt=read_receipt,
-            packet_digest=_PLACEHOLDER_DIGEST,
+            packet_digest=digest_bytes(Domain.GET_PACKET, body),
         )
-        value = result.to_json()
-        del value["packet_digest"]
-        body = canonical_bytes(value)
-        if len(body) + len(',"packet_digest":""') + len(ZERO_DIGEST) > TRANSPORT_CAP:
-            raise EngramError(ErrorCode.RESULT_TOO_LARGE, detail="get value over the transport cap")
-        return attrs.evolve(result, packet_digest=digest_bytes(Domain.GET_PACKET, body))
+
+
+def _rederived(record: Any, row: RecordRow, *, plain: bool) -> bytes | None:
+    """The canonical bytes of an opened body if it re-derives the row's id and digest, else ``None``.
+
+    Raises:
+        CanonicalError: the body has no canonical form.
+    """
+    if not (
+        isinstance(record, dict)
+        and record.get("record_id") == row.record_id
+        and record.get("record_digest") == row.record_digest
+    ):
+        return None
+    rest, whole = record_forms(record, plain=plain)
+    return whole if digest_bytes(Domain.RECORD, rest) == row.record_digest else None
+
+
+def _packet_bytes(packet: RecordPacket, record_bytes: bytes) -> bytes:
+    """``canonical_bytes(packet.to_json())``, given the canonical bytes of ``packet.record``."""
+    return b"".join(  # the members in canonical (sorted) order
+        (
+            b'{"rank":',
+            canonical_bytes(packet.rank),
+            b',"record":',
+            record_bytes,
+            b',"redacted_fields":',
+            canonical_bytes(packet.redacted_fields),
+            b',"redaction_receipt_digest":',
+            canonical_bytes(packet.redaction_receipt_digest),
+            b',"score":',
+            canonical_bytes(packet.score),
+            b"}",
+        )
+    )
 
 
 def _ordering_digest(hits: Sequence[RankedHit]) -> str:
@@ -486,9 +530,8 @@ def _ordering_digest(hits: Sequence[RankedHit]) -> str:
     Internal to the cursor (never published), so it hashes an exact binary form: each id (ASCII,
     no NUL) followed by a NUL and the big-endian IEEE-754 doubles of score and recency.
     """
-    encoded = b"".join(
-        hit.record_id.encode("utf-8") + b"\0" + struct.pack(">dd", hit.score, hit.recency) for hit in hits
-    )
+    pack = _SCORE_AND_RECENCY.pack
+    encoded = b"".join([hit.record_id.encode("utf-8") + b"\0" + pack(hit.score, hit.recency) for hit in hits])
     return digest_bytes(Domain.PAGE_CURSOR, encoded)
 
 

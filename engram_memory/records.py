@@ -6,9 +6,17 @@ Each function canonicalises its value once; every digest here uses a named
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
-from engram_memory.canonical import Domain, digest, receipt_digest, record_id_from_digest
+from engram_memory.canonical import (
+    Domain,
+    canonical_bytes,
+    canonical_plain,
+    digest,
+    receipt_digest,
+    record_id_from_digest,
+)
 from engram_memory.context import HostBinding
 from engram_memory.ports import Policy
 
@@ -20,11 +28,14 @@ __all__ = [
     "candidate_id_for",
     "complete_payload",
     "record_context",
+    "record_forms",
     "transaction_receipt",
     "trust_binding",
 ]
 
 DEFAULT_RETENTION = {"derivative_rule": "make-ineligible"}
+_ID_KEYS = ("record_digest", "record_id")
+_ID_PREFIXES = {key: canonical_bytes(key) + b":" for key in _ID_KEYS}
 
 
 def candidate_context(scope: str, candidate_id: str) -> str:
@@ -159,3 +170,55 @@ def transaction_receipt(
     if record_digest is not None:
         body["record_digest"] = record_digest
     return receipt_digest(Domain.TRANSACTION, body)
+
+
+def record_forms(record: dict[str, Any], *, plain: bool = False) -> tuple[bytes, bytes]:
+    """Canonical bytes of ``record`` without ``record_id`` and ``record_digest``, and of all of it.
+
+    The first is what ``record_digest`` hashes (see :func:`build_record`); the second is
+    ``canonical_bytes(record)``. With ASCII keys the two id members are adjacent in the whole
+    record's bytes: the first form is the second without them when their bytes occur exactly once;
+    otherwise the members sorting below and above them are canonicalised once each and joined both
+    ways. ``plain``: ``record`` is known plain (:func:`~engram_memory.canonical.parse_plain`), so
+    it is encoded without a scan.
+
+    Raises:
+        CanonicalError: ``record`` has no canonical form.
+    """
+    encode = canonical_plain if plain else canonical_bytes
+    if not _ascii_keys_with_adjacent_ids(record):
+        others = {key: item for key, item in record.items() if key not in _ID_KEYS}
+        return canonical_bytes(others), canonical_bytes(record)
+    ids = b",".join([_ID_PREFIXES[key] + encode(record[key]) for key in _ID_KEYS if key in record])
+    if ids:
+        whole = encode(record)
+        rest = _without_once(whole, ids)
+        if rest is not None:
+            return rest, whole
+    low = {key: item for key, item in record.items() if key < _ID_KEYS[0]}
+    high = {key: item for key, item in record.items() if key > _ID_KEYS[1]}
+    parts = [encode(part)[1:-1] for part in (low, high) if part]
+    joined = [*parts[:1], ids, *parts[1:]] if low else [ids, *parts]
+    return b"{" + b",".join(parts) + b"}", b"{" + b",".join(part for part in joined if part) + b"}"
+
+
+def _ascii_keys_with_adjacent_ids(record: dict[Any, Any]) -> bool:
+    """Whether every key is an ASCII ``str`` and none sorts between the two id keys."""
+    if set(map(type, record)) - {str} or not "".join(record).isascii():
+        return False
+    keys = sorted(record)
+    after = bisect.bisect_right(keys, _ID_KEYS[0])
+    return after == len(keys) or keys[after] >= _ID_KEYS[1]
+
+
+def _without_once(whole: bytes, members: bytes) -> bytes | None:
+    """``whole`` (canonical object bytes) without ``members`` and one separator, if they occur once."""
+    start = whole.find(members)
+    if start < 0 or whole.find(members, start + 1) >= 0:
+        return None
+    end = start + len(members)
+    if whole[start - 1 : start] == b",":
+        return whole[: start - 1] + whole[end:]
+    if whole[end : end + 1] == b",":
+        return whole[:start] + whole[end + 1 :]
+    return whole[:start] + whole[end:]

@@ -1,0 +1,154 @@
+"""Canonical bytes assembled from parts equal the bytes of the whole value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engram_memory.canonical import (
+    ZERO_DIGEST,
+    CanonicalError,
+    Domain,
+    canonical_array,
+    canonical_bytes,
+    canonical_object,
+    digest,
+    receipt_digest,
+    sealed_receipt,
+)
+from engram_memory.page_cursor import PageCursor, PageCursorCodec
+from engram_memory.ports import RankedHit
+from engram_memory.records import record_forms
+from engram_memory.results import RecordPacket
+
+_leaves = st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.floats(-1e6, 1e6) | st.text(max_size=6)
+_values = st.recursive(
+    _leaves,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3),
+    max_leaves=10,
+)
+_ascii_keys = st.text(st.characters(min_codepoint=0, max_codepoint=127), max_size=8)
+_record_keys = st.sampled_from(
+    ["record_digest", "record_id", "record_e", "record_digest0", "record_ic", "recorded_at", "a", "z", "é", "", "r"]
+)
+
+
+def _canonical_or_none(value: Any) -> bytes | None:
+    try:
+        return canonical_bytes(value)
+    except CanonicalError:
+        return None
+
+
+@settings(max_examples=300)
+@given(st.dictionaries(_ascii_keys, _values, max_size=6))
+def test_canonical_object_equals_canonical_bytes_of_the_object(value: dict[str, Any]) -> None:
+    expected = _canonical_or_none(value)
+    if expected is not None:
+        assert canonical_object({key: canonical_bytes(item) for key, item in value.items()}) == expected
+        assert canonical_array(canonical_bytes(item) for item in value.values()) == canonical_bytes(
+            list(value.values())
+        )
+
+
+def test_canonical_object_refuses_keys_that_are_not_ascii() -> None:
+    with pytest.raises(CanonicalError):
+        canonical_object({"é": b"1"})
+    assert canonical_object({}) == b"{}"
+
+
+@settings(max_examples=400)
+@given(st.dictionaries(_record_keys | _ascii_keys, _values, max_size=7))
+def test_record_forms_are_the_digest_form_and_the_whole_record(record: dict[str, Any]) -> None:
+    rest = {key: item for key, item in record.items() if key not in {"record_id", "record_digest"}}
+    expected = (_canonical_or_none(rest), _canonical_or_none(record))
+    if None in expected:
+        with pytest.raises(CanonicalError):
+            record_forms(record)
+    else:
+        assert record_forms(record) == expected
+
+
+@given(
+    record=st.dictionaries(_ascii_keys, _values, max_size=4),
+    removed=st.lists(st.text(max_size=5), max_size=3),
+    score=st.floats(0, 1) | st.just(1.0),
+    rank=st.integers(1, 2000),
+)
+def test_packet_bytes_equal_the_packet_json(
+    record: dict[str, Any], removed: list[str], score: float, rank: int
+) -> None:
+    from engram_memory.read_path import _packet_bytes  # noqa: PLC0415 - private helper under test
+
+    packet = RecordPacket(
+        record=record, redacted_fields=tuple(removed), redaction_receipt_digest="sha256:0", score=score, rank=rank
+    )
+    expected = _canonical_or_none(packet.to_json())
+    if expected is not None:
+        assert _packet_bytes(packet, canonical_bytes(record)) == expected
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_record_forms_when_the_id_members_also_occur_nested(plain: bool) -> None:
+    ids = {"record_digest": "sha256:" + "a" * 64, "record_id": "mem_x"}
+    for record in (
+        {"a": dict(ids), **ids, "z": 1},
+        {**ids, "z": dict(ids)},
+        {**ids},
+        {"record_id": "mem_x", "z": [{"record_id": "mem_x"}]},
+        {"a": 1, "record_digest": "sha256:" + "a" * 64},
+    ):
+        rest = {key: item for key, item in record.items() if key not in ids}
+        assert record_forms(record, plain=plain) == (canonical_bytes(rest), canonical_bytes(record))
+
+
+@settings(max_examples=300)
+@given(
+    st.dictionaries(st.sampled_from(["receipt_digest", "a", "z", "é", "receipt", "r"]) | _ascii_keys, _values),
+    st.sampled_from(["receipt_digest", "redaction_receipt_digest", "é"]),
+)
+def test_sealed_receipt_is_the_receipt_digest_and_the_sealed_bytes(body: dict[str, Any], field: str) -> None:
+    if _canonical_or_none(body) is None:
+        return
+    value, sealed = sealed_receipt(Domain.RANK_RECEIPT, body, field)
+    assert value == receipt_digest(Domain.RANK_RECEIPT, body, field)
+    assert sealed == canonical_bytes({**body, field: value})
+
+
+def test_sealed_receipt_when_the_placeholder_member_also_occurs_nested() -> None:
+    body = {"a": {"receipt_digest": ZERO_DIGEST}, "receipt_digest": ZERO_DIGEST, "z": 1}
+    value, sealed = sealed_receipt(Domain.READ_RECEIPT, body)
+    assert value == receipt_digest(Domain.READ_RECEIPT, body)
+    assert sealed == canonical_bytes({**body, "receipt_digest": value})
+    assert sealed_receipt(Domain.READ_RECEIPT, {}) == (
+        digest(Domain.READ_RECEIPT, {}),
+        canonical_bytes({"receipt_digest": digest(Domain.READ_RECEIPT, {})}),
+    )
+
+
+@given(
+    offset=st.integers(0, 10**6),
+    valid_as_of=st.integers(0, 2**53 - 1),
+    system_as_of=st.integers(0, 2**64 - 1),
+    ordering=st.text(max_size=80),
+)
+def test_encoded_length_is_the_length_of_the_encoded_cursor(
+    offset: int, valid_as_of: int, system_as_of: int, ordering: str
+) -> None:
+    codec = PageCursorCodec(b"s" * 32)
+    cursor = PageCursor(offset=offset, valid_as_of=valid_as_of, system_as_of=system_as_of, ordering_digest=ordering)
+    try:
+        token = codec.encode(cursor, ZERO_DIGEST)
+    except CanonicalError:
+        return
+    assert codec.encoded_length(cursor) == len(token)
+
+
+def test_an_ordering_digest_is_as_long_as_the_placeholder() -> None:
+    from engram_memory.read_path import _ordering_digest  # noqa: PLC0415 - private helper under test
+
+    for hits in ([], [RankedHit(record_id="mem_a", score=1.0, recency=0.5, lexical=1.0)]):
+        assert len(_ordering_digest(hits)) == len(ZERO_DIGEST)
