@@ -75,11 +75,11 @@ GET = "engram_memory_get"
 MASTER_KEY = hashlib.sha256(b"engram-memory benchmark master key").digest()
 POLICY = DefaultPolicy(admission="accept")
 BACKGROUND_FRACTION = 0.02
+"""Each of the three other tenants holds this fraction of ``N`` (they share the SQLite file)."""
 AUDIT_CYCLES = 32
 """Warm-up cycles whose statements are counted (two batches of the vault's reserve and of key destruction)."""
 PRELOAD_VAULT_RESERVE = 2000
 """Keys the vault writes ahead during the preload: one vault commit per preload batch."""
-"""Each of the three other tenants holds this fraction of ``N`` (they share the SQLite file)."""
 FIELD_WEIGHTS = (3.0, 2.0, 1.5, 1.0, 0.5)
 TERM_COUNTS = (1, 3, 8)
 SELECTIVITIES = ("selective", "common")

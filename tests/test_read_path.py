@@ -553,7 +553,7 @@ def _snapshot(store: InMemoryStore, scope: str) -> tuple[Any, ...]:
         set(partition.tombstones),
         set(partition.confirmations),
         dict(partition.documents),
-        {term: dict(docs) for term, docs in partition.postings.items()},
+        {term: dict(docs) for term, docs in partition.occurrences.items()},
         list(partition.total_lengths),
         set(partition.doomed),
     )

@@ -122,7 +122,7 @@ def _frozen(store: InMemoryStore, vault: InMemoryKeyVault, scope: str = A.scope)
             sorted(partition.tombstones),
             sorted(partition.confirmations),
             sorted(partition.documents.items()),
-            sorted((term, sorted(docs)) for term, docs in partition.postings.items()),
+            sorted((term, sorted(docs)) for term, docs in partition.occurrences.items()),
             partition.total_lengths,
             sorted(partition.doomed),
             sealed_bytes,
@@ -413,7 +413,7 @@ def test_pending_words_sit_only_in_the_ciphertext_until_admission(harness: Harne
     ok(harness.admit(A, candidate_id, make_key("scan-a")))
     everything = inmemory_scope_contents(store, A.scope)
     assert all(word.encode() in everything for word in words)
-    assert all(partition.postings.get(word) for word in words)
+    assert all(partition.occurrences.get(word) for word in words)
     assert b"zqattestedonly" not in everything
 
 

@@ -42,11 +42,13 @@ class _Partition:
     tombstones: set[str] = attrs.Factory(set)
     confirmations: set[str] = attrs.Factory(set)
     documents: dict[str, IndexedDocument] = attrs.Factory(dict)
-    postings: dict[str, dict[str, IndexedDocument]] = attrs.Factory(dict)
     entries: dict[str, IndexEntry] = attrs.Factory(dict)
     """Index entry of each indexed record id (the document key of this store)."""
     occurrences: dict[str, dict[str, str]] = attrs.Factory(dict)
-    """Per term: record id -> occurrence key (what ``term_postings`` returns)."""
+    """The postings: per term, record id -> occurrence key (what ``term_postings`` returns). One map
+    per term, so indexing and unindexing touch one dict entry per term."""
+    buckets: dict[str, list[tuple[str, dict[str, str]]]] = attrs.Factory(dict)
+    """Per indexed record id: its terms and their ``occurrences`` maps (unindexing skips the lookups)."""
     total_lengths: list[int] = attrs.Factory(lambda: [0] * len(FIELDS))
     doomed: set[str] = attrs.Factory(set)
 
@@ -92,17 +94,17 @@ class _View:
         return IndexStats(documents=len(self._p.documents), total_lengths=tuple(self._p.total_lengths))
 
     def postings(self, term: str) -> Sequence[Posting]:
-        docs = self._p.postings.get(term, {})
+        documents = self._p.documents
         return [
             Posting(
                 record_id=rid,
-                frequencies=docs[rid].terms[term],
-                lengths=docs[rid].lengths,
-                valid_from=docs[rid].valid_from,
-                valid_to=docs[rid].valid_to,
-                expires_at_ms=docs[rid].expires_at_ms,
+                frequencies=documents[rid].terms[term],
+                lengths=documents[rid].lengths,
+                valid_from=documents[rid].valid_from,
+                valid_to=documents[rid].valid_to,
+                expires_at_ms=documents[rid].expires_at_ms,
             )
-            for rid in sorted(docs)
+            for rid in sorted(self._p.occurrences.get(term, {}))
         ]
 
     def term_postings(self, term: str) -> TermPostings:
@@ -207,20 +209,22 @@ class _Unit(_View):
             return
         del self._p.documents[rid]
         del self._p.entries[rid]
-        for term in document.terms:
-            for index in (self._p.postings, self._p.occurrences):
-                bucket = index[term]
-                del bucket[rid]
-                if not bucket:
-                    del index[term]
+        occurrences = self._p.occurrences
+        for term, bucket in self._p.buckets.pop(rid):
+            del bucket[rid]
+            if not bucket:
+                del occurrences[term]
 
     def _add_document(self, document: IndexedDocument) -> None:
         rid = document.record_id
         self._p.documents[rid] = document
         self._p.entries[rid] = IndexEntry(rid, document.valid_from, document.valid_to, document.expires_at_ms)
+        occurrences = self._p.occurrences
+        buckets = self._p.buckets[rid] = []
         for term, frequencies in document.terms.items():
-            self._p.postings.setdefault(term, {})[rid] = document
-            self._p.occurrences.setdefault(term, {})[rid] = occurrence_key(frequencies, document.lengths)
+            bucket = occurrences.setdefault(term, {})
+            bucket[rid] = occurrence_key(frequencies, document.lengths)
+            buckets.append((term, bucket))
 
     def doom_key(self, key_ref: str) -> None:
         self._add(self._p.doomed, key_ref)
