@@ -32,7 +32,8 @@ import os
 import secrets
 import sqlite3
 import threading
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
@@ -106,6 +107,19 @@ def _wrap(master: bytes, key_ref: str, key: bytes) -> bytes:
 def _unwrap(master: bytes, key_ref: str, wrapped: bytes) -> bytes:
     """The data key of ``key_ref`` (``InvalidUnwrap`` if it does not authenticate)."""
     return aes_key_unwrap(_derive(master, _WRAP_INFO + key_ref.encode("utf-8")), wrapped)
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``; any exception rolls back and propagates."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        with suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
 
 
 def _read_key_file(path: Path) -> bytes | None:
@@ -295,14 +309,8 @@ class SQLiteKeyVault:
             rows = [(key_ref, _wrap(self._master, key_ref, key)) for key_ref, key in fresh]
             conn = self._live()
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
+                with _transaction(conn):
                     conn.executemany("INSERT INTO data_keys (key_ref, wrapped) VALUES (?, ?)", rows)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    with suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                    raise
             except sqlite3.Error as exc:
                 raise translate(exc, "seal") from exc
             fresh.reverse()
@@ -356,17 +364,11 @@ class SQLiteKeyVault:
         """Delete rows in one transaction at ``synchronous=NORMAL`` (the checkpoint syncs them)."""
         conn.execute("PRAGMA synchronous = NORMAL")
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with _transaction(conn):
                 for start in range(0, len(key_refs), _DELETE_CHUNK):
                     chunk = key_refs[start : start + _DELETE_CHUNK]
                     marks = ", ".join("?" * len(chunk))
                     conn.execute(f"DELETE FROM data_keys WHERE key_ref IN ({marks})", chunk)  # noqa: S608
-                conn.execute("COMMIT")
-            except BaseException:
-                with suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise
         finally:
             conn.execute("PRAGMA synchronous = FULL")
 
