@@ -36,7 +36,6 @@ __all__ = [
     "RankedHit",
     "Ranker",
     "RankingQuery",
-    "RecordEligibility",
     "RecordRow",
     "RecordState",
     "SealedEnvelope",
@@ -203,17 +202,14 @@ def occurrence_fields(key: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 class IndexEntry(NamedTuple):
-    """An indexed document: its record id and the eligibility inputs copied into the index."""
+    """An indexed document resolved to its record row: the row's id and eligibility inputs.
+
+    The values are those of the record row as the read view sees it, not a copy taken when the
+    document was indexed, so a stale index entry (a row that changed state or time without being
+    unindexed) is judged by its row.
+    """
 
     record_id: str
-    valid_from: int
-    valid_to: int | None
-    expires_at_ms: int | None
-
-
-class RecordEligibility(NamedTuple):
-    """The eligibility inputs of a record row (see :class:`RecordRow`), without its body."""
-
     state: RecordState
     trust_valid: bool
     valid_from: int
@@ -279,16 +275,17 @@ class StoreReader(Protocol):
         """The document keys and occurrence keys of every indexed document of the scope containing ``term``.
 
         The fast form of :meth:`postings` (one entry per document, in no specified order): the same
-        documents, whose record ids and eligibility inputs :meth:`index_entries` resolves.
+        documents, which :meth:`index_entries` resolves to their record rows.
         """
         ...
 
     def index_entries(self, documents: Sequence[str]) -> dict[str, IndexEntry]:
-        """The index entries of these document keys; keys not indexed in this scope are absent."""
-        ...
+        """These indexed documents resolved to their record rows (see :class:`IndexEntry`).
 
-    def eligibility(self, record_ids: Sequence[str]) -> dict[str, RecordEligibility]:
-        """The eligibility inputs of these record rows; ids with no row in this scope are absent."""
+        A key that is not an indexed document of this scope, or whose record has no row in this
+        scope, is absent; repeated keys are answered once. The ranker calls this once per batch of
+        hits, so a store answers it with one lookup per document, not one per key and table.
+        """
         ...
 
     def indexed_ids(self) -> Iterator[str]:

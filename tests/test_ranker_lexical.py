@@ -26,7 +26,7 @@ from engram_memory.ranking.bm25f import (
     recency,
     rrf_normalised,
 )
-from engram_memory.ranking.eligibility import posting_is_eligible, row_is_eligible
+from engram_memory.ranking.eligibility import row_is_eligible
 from engram_memory.ranking.lexical import LexicalRanker
 from engram_memory.stores.memory import InMemoryStore
 from engram_memory.stores.sqlite import SQLiteStore
@@ -224,7 +224,10 @@ def _indexed(record_id: str, words: tuple[str, ...], **times: int) -> IndexedDoc
 
 
 def _plain_rank(store: Store, scope: str, query: RankingQuery) -> list[tuple[str, float, float, float]]:
-    """The ranking as first written: per posting (``postings``), a full sort, one ``record`` per hit."""
+    """The ranking as first written: per posting (``postings``), a full sort, one ``record`` per hit.
+
+    Eligibility and recency come from each hit's record row, never from the index's copy.
+    """
     with store.read(scope) as reader:
         stats = reader.index_stats()
         averages = average_lengths(stats.documents, stats.total_lengths)
@@ -234,15 +237,14 @@ def _plain_rank(store: Store, scope: str, query: RankingQuery) -> list[tuple[str
             postings = reader.postings(term)
             term_idf = idf(stats.documents, len(postings)) if postings else 0.0
             for posting in postings if term_idf > 0 else ():
-                if posting_is_eligible(posting, valid_as_of=query.valid_as_of, now_ms=query.now_ms):
-                    contribution = field_score(posting.frequencies, posting.lengths, averages)
-                    scores[posting.record_id] = scores.get(posting.record_id, 0.0) + term_idf * contribution
-                    valid_to[posting.record_id] = posting.valid_to
+                contribution = field_score(posting.frequencies, posting.lengths, averages)
+                scores[posting.record_id] = scores.get(posting.record_id, 0.0) + term_idf * contribution
         listed = []
         for record_id, _ in sorted(scores.items(), key=lambda item: (-item[1], item[0])):
             row = reader.record(record_id)
             if row is not None and row_is_eligible(row, valid_as_of=query.valid_as_of, now_ms=query.now_ms):
                 listed.append(record_id)
+                valid_to[record_id] = row.valid_to
     hits = []
     for record_id, lexical in zip(listed[:2000], rrf_normalised(len(listed[:2000])), strict=True):
         value = recency(valid_to[record_id], query.valid_as_of)
@@ -264,7 +266,13 @@ def test_batched_ranking_equals_the_plain_algorithm(backend: str, tmp_path: Path
                 if index % 11 == 0:
                     times["expires_at_ms"] = NOW - 1
                 state = "historical" if index % 19 == 0 else "accepted_current"  # a stale index entry
-                unit.put_record(_row(record_id, state=state, trusted=index % 17 != 0, **times))
+                row_times = dict(times)  # stale times: the row moved on, the index kept its copy
+                if index % 29 == 0:
+                    row_times["valid_to"] = NOW - 3 * DAY  # ended since it was indexed: never a hit
+                if index % 31 == 0:
+                    times["expires_at_ms"] = NOW - 1  # the index's copy says expired, the row does not
+                if index % 37 != 0:  # and some indexed documents have no row at all
+                    unit.put_record(_row(record_id, state=state, trusted=index % 17 != 0, **row_times))
                 unit.index_document(_indexed(record_id, words, **times))
         ranker = LexicalRanker()
         for terms in (("common",), ("rare", "common"), ("filler", "rare"), ("absent",)):
@@ -273,5 +281,10 @@ def test_batched_ranking_equals_the_plain_algorithm(backend: str, tmp_path: Path
                 fast = [(h.record_id, h.score, h.recency, h.lexical) for h in ranker.rank(reader, query)]
             assert fast == _plain_rank(store, scope, query)
             assert len(fast) <= 2000
+            if terms == ("rare", "common"):  # the row, not the index's copy, decides
+                surfaced = {hit[0] for hit in fast}
+                gone = {f"mem_{(i * 7919) % 2_600:05d}" for i in range(2_600) if i % 29 == 0 or i % 37 == 0}
+                assert gone.isdisjoint(surfaced)  # the row ended, or there is no row
+                assert f"mem_{(31 * 5 * 7919) % 2_600:05d}" in surfaced  # index copy expired, row current
     finally:
         store.close()

@@ -141,6 +141,7 @@ def snapshot(backend: Store, scope: str, terms: tuple[str, ...] = ()) -> dict[st
             "stats": reader.index_stats(),
             "indexed": list(reader.indexed_ids()),
             "postings": {term: list(reader.postings(term)) for term in terms},
+            "entries": {term: sorted(reader.index_entries(reader.term_postings(term)[0]).values()) for term in terms},
             "doomed": reader.doomed_keys(),
         }
 
@@ -767,7 +768,7 @@ def test_several_processes_share_one_file(db_path: Path) -> None:
 
 
 def test_new_database_is_at_the_latest_version_with_a_ledger(sqlite: SQLiteStore, db_path: Path) -> None:
-    assert sqlite.schema_version() == _schema.STORE_SCHEMA.latest == 3
+    assert sqlite.schema_version() == _schema.STORE_SCHEMA.latest == 4
     raw = sqlite3.connect(db_path)
     try:
         ledger = raw.execute("SELECT version, name, checksum FROM schema_migrations ORDER BY version").fetchall()
@@ -794,7 +795,7 @@ def test_an_older_database_is_upgraded_on_open(db_path: Path) -> None:
         raw.close()
     backend = SQLiteStore(db_path)
     try:
-        assert backend.schema_version() == 3
+        assert backend.schema_version() == 4
         with backend.read(SCOPE) as reader:
             assert [e.event_digest for e in reader.events()] == ["sha256:e1"]
             assert reader.candidate("c1") == candidate("c1", "rejected", record_digest="sha256:r")
@@ -874,16 +875,33 @@ def _build_v2_file(path: Path, corpora: dict[str, list[tuple[RecordRow | None, I
         with SQLiteStore(path) as old:
             assert old.schema_version() == 2
             term_keys = {word: old._term_key(word) for word in _V2_VOCABULARY}
-            for scope, items in corpora.items():
+            for scope in corpora:
                 with old.write(scope) as unit:
                     unit.append_event(event(1, scope))
-                    for row in (row for row, _ in items if row is not None):
-                        unit.put_record(row)
     raw = sqlite3.connect(path, isolation_level=None)
     try:
         raw.execute("BEGIN")
         for scope_id, items in enumerate(corpora.values(), start=1):
-            for _, doc in items:
+            for row, doc in items:
+                if row is not None:  # the record row as version 1 wrote it
+                    raw.execute(
+                        f"INSERT INTO records (scope_id, {sqlite_store._RECORD_COLUMNS})"  # noqa: S608 - constants
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            scope_id,
+                            row.record_id,
+                            row.state,
+                            row.record_digest,
+                            row.payload_digest,
+                            *sqlite_store._unsealed(row.sealed),
+                            row.recorded_cursor,
+                            row.accepted_cursor,
+                            row.valid_from,
+                            row.valid_to,
+                            row.expires_at_ms,
+                            int(row.trust_valid),
+                        ),
+                    )
                 _write_v2_index(raw, term_keys, scope_id, doc)
         raw.execute("COMMIT")
     finally:
@@ -901,9 +919,22 @@ def _load(backend: Store, corpora: dict[str, list[tuple[RecordRow | None, Indexe
     return backend
 
 
-def test_a_version_2_index_migrates_and_searches_identically(db_path: Path) -> None:
+@pytest.mark.parametrize("version", [2, 3])
+def test_an_older_index_migrates_and_searches_identically(db_path: Path, version: int) -> None:
+    """A version-2 index (and the version-3 file its migration makes) opens at 4 and answers as a fresh store.
+
+    Version 4 gives each indexed record row its document number: every hit resolves to its row
+    through the covering index ``records_by_document``, one lookup per hit.
+    """
     corpora = {SCOPE: _v2_corpus(1), OTHER: _v2_corpus(2)}
     _build_v2_file(db_path, corpora)
+    if version == 3:
+        raw = sqlite3.connect(db_path, isolation_level=None)
+        try:
+            assert _schema.migrate(raw, _schema.STORE_SCHEMA, target=3) == 3
+            assert "doc" not in [column[1] for column in raw.execute("PRAGMA table_info(records)")]
+        finally:
+            raw.close()
     reference = _load(InMemoryStore(), corpora)
     fresh = _load(SQLiteStore(db_path.with_name("fresh.db")), corpora)
     rng = random.Random(3)  # noqa: S311 - reproducible queries
@@ -911,7 +942,22 @@ def test_a_version_2_index_migrates_and_searches_identically(db_path: Path) -> N
     queries.append(("alpha", "alpha", "absent"))
     migrated = SQLiteStore(db_path)
     try:
-        assert migrated.schema_version() == 3
+        assert migrated.schema_version() == 4
+        raw = sqlite3.connect(db_path)
+        try:
+            named = raw.execute("SELECT scope_id, record_id, doc FROM records WHERE doc IS NOT NULL").fetchall()
+            indexed = raw.execute(
+                "SELECT d.scope_id, d.record_id, d.doc FROM documents AS d"
+                " JOIN records AS r ON r.scope_id = d.scope_id AND r.record_id = d.record_id"
+            ).fetchall()
+            plan = raw.execute(
+                "EXPLAIN QUERY PLAN " + sqlite_store._INDEX_ENTRIES.format(marks="?, ?"), (1, 2, 1)
+            ).fetchall()
+        finally:
+            raw.close()
+        assert sorted(named) == sorted(indexed)
+        assert len(named) == sum(row is not None for items in corpora.values() for row, _ in items)
+        assert "COVERING INDEX records_by_document" in plan[0][3]
         for backend in (migrated, fresh):
             for scope in corpora:
                 assert snapshot(backend, scope, _V2_VOCABULARY) == snapshot(reference, scope, _V2_VOCABULARY)
@@ -931,7 +977,7 @@ def test_a_version_2_index_migrates_and_searches_identically(db_path: Path) -> N
 def test_a_newer_database_is_refused(db_path: Path) -> None:
     SQLiteStore(db_path).close()
     raw = sqlite3.connect(db_path)
-    raw.execute("PRAGMA user_version = 4")
+    raw.execute("PRAGMA user_version = 5")
     raw.close()
     with pytest.raises(SchemaVersionError) as caught:
         SQLiteStore(db_path)
@@ -939,7 +985,7 @@ def test_a_newer_database_is_refused(db_path: Path) -> None:
     assert isinstance(error, EngramError)
     assert error.code is ErrorCode.MIGRATION_LEDGER_INVALID
     assert not error.retriable
-    assert (error.found, error.supported) == (4, 3)
+    assert (error.found, error.supported) == (5, 4)
     assert "newer" in " ".join(error.__notes__)
 
 
@@ -969,7 +1015,7 @@ def test_a_failing_migration_leaves_the_file_unchanged(db_path: Path, monkeypatc
         application_id=_schema.STORE_APPLICATION_ID,
         migrations=(
             *_schema.STORE_SCHEMA.migrations,
-            _schema.Migration(4, "broken", "CREATE TABLE half_done (x INTEGER) STRICT; THIS IS NOT SQL"),
+            _schema.Migration(5, "broken", "CREATE TABLE half_done (x INTEGER) STRICT; THIS IS NOT SQL"),
         ),
     )
     monkeypatch.setattr(sqlite_store, "STORE_SCHEMA", broken)
@@ -978,9 +1024,9 @@ def test_a_failing_migration_leaves_the_file_unchanged(db_path: Path, monkeypatc
     monkeypatch.undo()
     raw = sqlite3.connect(db_path)
     try:
-        assert _schema.schema_version(raw) == 3
+        assert _schema.schema_version(raw) == 4
         assert raw.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half_done'").fetchone()[0] == 0
-        assert raw.execute("SELECT max(version) FROM schema_migrations").fetchone()[0] == 3
+        assert raw.execute("SELECT max(version) FROM schema_migrations").fetchone()[0] == 4
     finally:
         raw.close()
     SQLiteStore(db_path).close()

@@ -34,6 +34,7 @@ __all__ = [
     "average_lengths",
     "combined_score",
     "field_score",
+    "field_term",
     "idf",
     "recency",
     "rrf_normalised",
@@ -69,15 +70,21 @@ def average_lengths(documents: int, total_lengths: Sequence[int]) -> tuple[float
     return tuple((total / documents) or 1.0 for total in total_lengths)
 
 
+def field_term(position: int, tf: int, length: int, averages: Sequence[float]) -> float:
+    """``w_f · sat_f`` of a term occurring ``tf > 0`` times in field ``position`` (an index into ``FIELDS``)."""
+    norm = 1 - BM25_B + BM25_B * (length / averages[position])
+    saturation = (tf * (BM25_K1 + 1)) / (tf + BM25_K1 * norm)
+    return FIELD_WEIGHTS[position] * saturation
+
+
 def field_score(frequencies: Sequence[int], lengths: Sequence[int], averages: Sequence[float]) -> float:
     """``Σ_f w_f · sat_f`` of one term in one document (fields in ``FIELDS`` order, absent ones skipped)."""
+    if not len(frequencies) == len(lengths) == len(averages) == len(FIELD_WEIGHTS):
+        raise ValueError("one frequency, length and average per field")
     total = 0.0
-    for weight, tf, length, average in zip(FIELD_WEIGHTS, frequencies, lengths, averages, strict=True):
-        if tf == 0:
-            continue
-        norm = 1 - BM25_B + BM25_B * (length / average)
-        saturation = (tf * (BM25_K1 + 1)) / (tf + BM25_K1 * norm)
-        total += weight * saturation
+    for position, (tf, length) in enumerate(zip(frequencies, lengths, strict=True)):
+        if tf != 0:
+            total += field_term(position, tf, length, averages)
     return total
 
 

@@ -8,7 +8,7 @@ retention has not expired (``expires_at_ms`` absent or ``now_ms < expires_at_ms`
 
 from __future__ import annotations
 
-from engram_memory.ports import IndexEntry, Posting, RecordEligibility, RecordRow
+from engram_memory.ports import IndexEntry, Posting, RecordRow
 
 __all__ = ["is_valid_at", "posting_is_eligible", "row_is_eligible"]
 
@@ -24,15 +24,15 @@ def is_valid_at(
     return expires_at_ms is None or now_ms < expires_at_ms
 
 
-def posting_is_eligible(posting: Posting | IndexEntry, *, valid_as_of: int, now_ms: int) -> bool:
-    """The time part of eligibility, from the copy of the inputs an index posting (or entry) carries."""
+def posting_is_eligible(posting: Posting, *, valid_as_of: int, now_ms: int) -> bool:
+    """The time part of eligibility, from the copy of the inputs an index posting carries."""
     return is_valid_at(
         posting.valid_from, posting.valid_to, posting.expires_at_ms, valid_as_of=valid_as_of, now_ms=now_ms
     )
 
 
-def row_is_eligible(row: RecordRow | RecordEligibility, *, valid_as_of: int, now_ms: int) -> bool:
-    """Full eligibility of a record row (or of its eligibility inputs): lifecycle state, trust and time."""
+def row_is_eligible(row: RecordRow | IndexEntry, *, valid_as_of: int, now_ms: int) -> bool:
+    """Full eligibility of a record row (or of an index entry, which carries its row's inputs): state, trust, time."""
     return (
         row.state == "accepted_current"
         and row.trust_valid

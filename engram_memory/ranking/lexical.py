@@ -12,17 +12,17 @@ to one tenant never changes another tenant's scores, and they never require read
 the ranker holds only the postings of the query terms. (The reference engine computes them over
 its eligible snapshot; with one scope and no ineligible records the two coincide.)
 
-Eligibility is applied per document from the copy of its inputs in the index (valid at
-``valid_as_of``, retention not past at ``now_ms``; every posting of a document carries the same copy,
-so this is the per-posting rule), and every hit's record row is checked once more
-(``accepted_current``, trust valid, time), so a stale index entry can never surface. Both checks run
-on the hits in score order, in batches, until the lexical list is full. The ranker never writes.
+Eligibility is judged per hit on its record row, which
+:meth:`~engram_memory.ports.StoreReader.index_entries` resolves with the document (``accepted_current``,
+trust valid, valid at ``valid_as_of``, retention not past at ``now_ms``), so a stale index entry can
+never surface. Hits are resolved in score order, in batches, until the lexical list is full. The
+ranker never writes.
 
 **Exact and fast.** Each term's postings are parallel document keys and occurrence keys; the BM25F
 contribution of a key is computed once per term, from per-field terms computed once per query with
-:func:`~engram_memory.ranking.bm25f.field_score` and added in the same order (equal keys are equal
-inputs, so every float is the one the per-posting formula gives), and per document the term values
-are summed in term order as before.
+:func:`~engram_memory.ranking.bm25f.field_term` and added in the order ``field_score`` adds them
+(equal keys are equal inputs, so every float is the one the per-posting formula gives), and per
+document the term values are summed in term order as before.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-from engram_memory.ports import RankedHit, RankingQuery, StoreReader, occurrence_fields
+from engram_memory.ports import RankedHit, RankingQuery, StoreReader
 from engram_memory.ranking.bm25f import (
     BM25_B,
     BM25_K1,
@@ -44,12 +44,12 @@ from engram_memory.ranking.bm25f import (
     RRF_K,
     average_lengths,
     combined_score,
-    field_score,
+    field_term,
     idf,
     recency,
     rrf_normalised,
 )
-from engram_memory.ranking.eligibility import posting_is_eligible, row_is_eligible
+from engram_memory.ranking.eligibility import row_is_eligible
 from engram_memory.ranking.tokenizer import TOKENIZER_VERSION, tokenize
 
 __all__ = ["PROFILE", "PROFILE_VERSION", "SCORING_FORMULA_REF", "LexicalRanker"]
@@ -59,7 +59,7 @@ PROFILE_VERSION: Final = "1.0.0"
 SCORING_FORMULA_REF: Final = "graphify-memory:offline-lexical-recency:v1"
 _FIELD_NAMES: Final = ("primary", "decision", "evidence", "context", "citations")
 _BATCH: Final = 500
-"""Hits resolved per batch (index entries, then record rows) while the lexical list fills."""
+"""Hits resolved per batch (one ``index_entries`` call) while the lexical list fills."""
 
 
 class LexicalRanker:
@@ -147,9 +147,10 @@ def _bm25f(reader: StoreReader, query: RankingQuery) -> dict[str, float]:
 class _TermValues(dict[str, float]):
     """``idf · field_score`` by occurrence key for one term, each computed on first use.
 
-    ``field_score`` adds ``w_f · sat_f`` over the key's fields in order, starting from ``0.0``; each
-    field's term is ``field_score`` of that field alone (``0.0 + x == x``), memoised in ``fields`` by
-    its ``field:tf:length`` part for the whole query, and added in the same order.
+    ``field_score`` adds ``w_f · sat_f`` (:func:`~engram_memory.ranking.bm25f.field_term`) over the
+    key's fields in order, starting from ``0.0``; here each ``field:tf:length`` part's term is
+    memoised in ``fields`` for the whole query and the terms are added in the same order from
+    ``0.0``, so the sum is the same float.
     """
 
     def __init__(self, term_idf: float, averages: Sequence[float], fields: dict[str, float]) -> None:
@@ -159,11 +160,13 @@ class _TermValues(dict[str, float]):
         self._fields = fields
 
     def __missing__(self, key: str) -> float:
+        fields = self._fields
         contribution = 0.0
         for part in key.split(","):
-            value = self._fields.get(part)
+            value = fields.get(part)
             if value is None:
-                value = self._fields[part] = field_score(*occurrence_fields(part), self._averages)
+                position, tf, length = map(int, part.split(":"))
+                value = fields[part] = field_term(position, tf, length, self._averages)
             contribution += value
         value = self[key] = self._idf * contribution
         return value
@@ -212,18 +215,10 @@ def _eligible(
     """The eligible documents of one batch as (record id, valid_to), by score desc then record id asc."""
     valid_as_of, now_ms = query.valid_as_of, query.now_ms
     entries = reader.index_entries(batch)
-    timely = [
-        (doc, entry)
-        for doc in batch
-        if (entry := entries.get(doc)) is not None
-        and posting_is_eligible(entry, valid_as_of=valid_as_of, now_ms=now_ms)
-    ]
-    rows = reader.eligibility([entry.record_id for _, entry in timely])
     chosen = [
         (-scores[doc], entry.record_id, entry.valid_to)
-        for doc, entry in timely
-        if (row := rows.get(entry.record_id)) is not None
-        and row_is_eligible(row, valid_as_of=valid_as_of, now_ms=now_ms)
+        for doc in batch
+        if (entry := entries.get(doc)) is not None and row_is_eligible(entry, valid_as_of=valid_as_of, now_ms=now_ms)
     ]
     chosen.sort(key=lambda item: (item[0], item[1]))
     return [(record_id, valid_to) for _, record_id, valid_to in chosen]

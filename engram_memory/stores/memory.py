@@ -24,7 +24,6 @@ from engram_memory.ports import (
     IndexStats,
     JournalEvent,
     Posting,
-    RecordEligibility,
     RecordRow,
     TermPostings,
     occurrence_key,
@@ -42,8 +41,6 @@ class _Partition:
     tombstones: set[str] = attrs.Factory(set)
     confirmations: set[str] = attrs.Factory(set)
     documents: dict[str, IndexedDocument] = attrs.Factory(dict)
-    entries: dict[str, IndexEntry] = attrs.Factory(dict)
-    """Index entry of each indexed record id (the document key of this store)."""
     occurrences: dict[str, dict[str, str]] = attrs.Factory(dict)
     """The postings: per term, record id -> occurrence key (what ``term_postings`` returns). One map
     per term, so indexing and unindexing touch one dict entry per term."""
@@ -112,15 +109,11 @@ class _View:
         return (list(bucket), list(bucket.values())) if bucket else ([], [])
 
     def index_entries(self, documents: Sequence[str]) -> dict[str, IndexEntry]:
-        entries = self._p.entries
-        return {rid: entries[rid] for rid in documents if rid in entries}
-
-    def eligibility(self, record_ids: Sequence[str]) -> dict[str, RecordEligibility]:
-        records = self._p.records
+        indexed, records = self._p.documents, self._p.records  # the document key is the record id
         return {
-            rid: RecordEligibility(row.state, row.trust_valid, row.valid_from, row.valid_to, row.expires_at_ms)
-            for rid in record_ids
-            if (row := records.get(rid)) is not None
+            rid: IndexEntry(rid, row.state, row.trust_valid, row.valid_from, row.valid_to, row.expires_at_ms)
+            for rid in documents
+            if rid in indexed and (row := records.get(rid)) is not None
         }
 
     def indexed_ids(self) -> Iterator[str]:
@@ -208,7 +201,6 @@ class _Unit(_View):
             self._add_document(document)
             return
         del self._p.documents[rid]
-        del self._p.entries[rid]
         occurrences = self._p.occurrences
         for term, bucket in self._p.buckets.pop(rid):
             del bucket[rid]
@@ -218,7 +210,6 @@ class _Unit(_View):
     def _add_document(self, document: IndexedDocument) -> None:
         rid = document.record_id
         self._p.documents[rid] = document
-        self._p.entries[rid] = IndexEntry(rid, document.valid_from, document.valid_to, document.expires_at_ms)
         occurrences = self._p.occurrences
         buckets = self._p.buckets[rid] = []
         for term, frequencies in document.terms.items():

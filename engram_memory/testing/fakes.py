@@ -415,7 +415,6 @@ def inmemory_scope_contents(store: Store, scope: str) -> bytes:
     for members in (partition.tombstones, partition.confirmations, partition.doomed):
         parts += [member.encode() for member in sorted(members)]
     parts += [repr(document).encode() for document in partition.documents.values()]
-    parts += [repr(entry).encode() for entry in partition.entries.values()]
     parts += [term.encode() for term in partition.occurrences]
     return b"\n".join(parts)
 

@@ -33,7 +33,6 @@ from engram_memory.ports import (
     IndexEntry,
     JournalEvent,
     Posting,
-    RecordEligibility,
     RecordRow,
     SealedEnvelope,
     Store,
@@ -103,14 +102,39 @@ def _document(
     )
 
 
-def _resolved(reader: StoreReader, term: str) -> list[tuple[str, str, IndexEntry]]:
-    """``term_postings(term)`` with each document key resolved: (record id, occurrence key, entry), by id."""
+def _resolved(reader: StoreReader, term: str) -> list[tuple[str, str, IndexEntry | None]]:
+    """``term_postings(term)`` with each document key resolved: (record id, occurrence key, entry), by id.
+
+    A document whose record has no row resolves to nothing: ``("", occurrence key, None)``.
+    """
     keys, occurrences = reader.term_postings(term)
     assert len(keys) == len(occurrences), "parallel sequences"
     assert len(set(keys)) == len(keys), "a document appears once per term"
     entries = reader.index_entries(keys)
-    resolved = zip(keys, occurrences, strict=True)
-    return sorted((entries[key].record_id, occurrence, entries[key]) for key, occurrence in resolved)
+    resolved = [
+        (entry.record_id if entry is not None else "", occurrence, entry)
+        for key, occurrence in zip(keys, occurrences, strict=True)
+        for entry in (entries.get(key),)
+    ]
+    return sorted(resolved, key=lambda item: item[:2])
+
+
+def _row_of(document: IndexedDocument, **changes: Any) -> RecordRow:
+    """An ``accepted_current`` record row with the document's id and times, then ``changes``."""
+    row = attrs.evolve(
+        _record(document.record_id),
+        valid_from=document.valid_from,
+        valid_to=document.valid_to,
+        expires_at_ms=document.expires_at_ms,
+    )
+    return attrs.evolve(row, **changes)
+
+
+def _index_with_rows(unit: UnitOfWork, documents: Iterable[IndexedDocument]) -> None:
+    """Put each document's record row (:func:`_row_of`), then index the document."""
+    for document in documents:
+        unit.put_record(_row_of(document))
+        unit.index_document(document)
 
 
 def _run_unit(store: Store, scope: str, body: Callable[[UnitOfWork], None]) -> None:
@@ -165,7 +189,6 @@ def _snapshot(reader: StoreReader, tags: Iterable[str] = _PROBE_TAGS) -> dict[st
         "index_stats": reader.index_stats(),
         "postings": {term: list(reader.postings(term)) for term in terms},
         "term_postings": {term: _resolved(reader, term) for term in terms},
-        "eligibility": reader.eligibility([f"mem_{tag}" for tag in tags]),
         "indexed_ids": list(reader.indexed_ids()),
         "doomed_keys": reader.doomed_keys(),
     }
@@ -209,7 +232,6 @@ class StoreConformance:
         assert tuple(snap["index_stats"].total_lengths) == (0,) * len(FIELDS)
         assert all(postings == [] for postings in snap["postings"].values())
         assert all(postings == [] for postings in snap["term_postings"].values())
-        assert snap["eligibility"] == {}
         assert snap["indexed_ids"] == []
         assert snap["doomed_keys"] == []
         assert store.scopes() == []
@@ -539,8 +561,7 @@ class StoreConformance:
             _document("mem_c", {"gamma": _freq(evidence=4), "alpha": _freq(primary=1, evidence=2)}),
         ]
         with store.write(SCOPE_A) as unit:
-            for document in documents:
-                unit.index_document(document)
+            _index_with_rows(unit, documents)
         with store.read(SCOPE_A) as reader:
             held: dict[str, set[str]] = {}
             for term in ("alpha", "beta", "gamma", "absent"):
@@ -550,8 +571,9 @@ class StoreConformance:
                 for (_, key, entry), posting in zip(resolved, postings, strict=True):
                     assert key == occurrence_key(posting.frequencies, posting.lengths)
                     assert occurrence_fields(key)[0] == posting.frequencies
+                    row = _row_of(next(d for d in documents if d.record_id == posting.record_id))
                     assert entry == IndexEntry(
-                        posting.record_id, posting.valid_from, posting.valid_to, posting.expires_at_ms
+                        row.record_id, row.state, row.trust_valid, row.valid_from, row.valid_to, row.expires_at_ms
                     )
                 for key in reader.term_postings(term)[0]:
                     held.setdefault(reader.index_entries([key])[key].record_id, set()).add(key)
@@ -561,8 +583,9 @@ class StoreConformance:
     def test_index_entries_skip_unknown_keys_and_batch(self, store: Store) -> None:
         """Unknown keys are absent, duplicates are harmless, and long lists (> 500) are served whole."""
         with store.write(SCOPE_A) as unit:
-            for index in range(1_200):
-                unit.index_document(_document(f"mem_{index:04d}", {"bulk": _freq(primary=1 + index % 3)}))
+            _index_with_rows(
+                unit, (_document(f"mem_{index:04d}", {"bulk": _freq(primary=1 + index % 3)}) for index in range(1_200))
+            )
         with store.read(SCOPE_A) as reader:
             keys, occurrences = reader.term_postings("bulk")
             assert len(keys) == 1_200
@@ -577,10 +600,12 @@ class StoreConformance:
     def test_unindexed_keys_no_longer_resolve(self, store: Store) -> None:
         """After ``unindex`` (or re-indexing) a removed document's key resolves to nothing in this scope."""
         with store.write(SCOPE_A) as unit:
-            unit.index_document(_document("mem_a", {"old": _freq(primary=1)}))
-            unit.index_document(_document("mem_b", {"old": _freq(context=2)}))
+            _index_with_rows(
+                unit, [_document("mem_a", {"old": _freq(primary=1)}), _document("mem_b", {"old": _freq(context=2)})]
+            )
         with store.read(SCOPE_A) as reader:
             before = list(reader.term_postings("old")[0])
+            assert len(reader.index_entries(before)) == 2
         with store.write(SCOPE_A) as unit:
             unit.unindex("mem_a")
             unit.index_document(_document("mem_b", {"new": _freq(decision=1)}))
@@ -592,35 +617,50 @@ class StoreConformance:
             assert stale
             assert reader.index_entries(stale) == {}
 
-    def test_eligibility_reports_every_row_as_it_is(self, store: Store) -> None:
-        """``eligibility`` gives each row's state, trust and times, ineligible rows too; absent ids are absent."""
-        rows = [
-            _record("mem_a"),
-            _record("mem_b", state="tombstoned"),
-            attrs.evolve(_record("mem_c"), trust_valid=False, valid_to=4_000, expires_at_ms=8_000),
-            _record("mem_d", state="historical"),
+    def test_index_entries_report_each_row_as_it_is(self, store: Store) -> None:
+        """An entry carries its row's state, trust and times as they are now, not as they were indexed.
+
+        Ineligible rows are reported too (the ranker judges them); a document whose record has no
+        row resolves to nothing, until the row is put; another scope sees nothing.
+        """
+        documents = [
+            _document(f"mem_{tag}", {"shared": _freq(primary=1 + position)}, valid_to=9_000)
+            for position, tag in enumerate("abcde")
         ]
         with store.write(SCOPE_A) as unit:
-            for row in rows:
-                unit.put_record(row)
+            _index_with_rows(unit, documents[:4])
+            unit.index_document(documents[4])  # mem_e: indexed, no row yet
+        changed = {
+            "mem_a": _row_of(documents[0]),
+            "mem_b": _row_of(documents[1], state="tombstoned", sealed=None),
+            "mem_c": _row_of(documents[2], trust_valid=False, valid_to=4_000, expires_at_ms=8_000),
+            "mem_d": _row_of(documents[3], state="historical", valid_from=2_000),
+        }
+        with store.write(SCOPE_A) as unit:
+            for row in changed.values():
+                unit.put_record(row)  # rows change without re-indexing: a stale index
         with store.read(SCOPE_A) as reader:
-            found = reader.eligibility(["mem_d", "mem_a", "mem_never", "mem_b", "mem_c", "mem_a"])
-            assert found == {
-                row.record_id: RecordEligibility(
-                    row.state, row.trust_valid, row.valid_from, row.valid_to, row.expires_at_ms
-                )
-                for row in rows
+            keys = list(reader.term_postings("shared")[0])
+            found = reader.index_entries([*keys, keys[0]])
+            assert {entry.record_id: entry for entry in found.values()} == {
+                rid: IndexEntry(rid, row.state, row.trust_valid, row.valid_from, row.valid_to, row.expires_at_ms)
+                for rid, row in changed.items()
             }
-            assert reader.eligibility([]) == {}
+        with store.write(SCOPE_A) as unit:
+            unit.put_record(_row_of(documents[4], state="accepted_disputed"))
+        with store.read(SCOPE_A) as reader:
+            entries = reader.index_entries(keys)
+            assert len(entries) == 5
+            assert {entry.record_id: entry.state for entry in entries.values()}["mem_e"] == "accepted_disputed"
         with store.read(SCOPE_B) as reader:
-            assert reader.eligibility([row.record_id for row in rows]) == {}
+            assert reader.index_entries(keys) == {}
 
     def test_index_keys_of_one_scope_resolve_in_no_other(self, store: Store) -> None:
         """Document keys read in scope A resolve to nothing in scopes B and C."""
         with store.write(SCOPE_A) as unit:
-            unit.index_document(_document("mem_a", {"shared": _freq(primary=1)}))
+            _index_with_rows(unit, [_document("mem_a", {"shared": _freq(primary=1)})])
         with store.write(SCOPE_B) as unit:
-            unit.index_document(_document("mem_b", {"shared": _freq(primary=1)}))
+            _index_with_rows(unit, [_document("mem_b", {"shared": _freq(primary=1)})])
         with store.read(SCOPE_A) as reader:
             keys = reader.term_postings("shared")[0]
             assert [entry.record_id for entry in reader.index_entries(keys).values()] == ["mem_a"]

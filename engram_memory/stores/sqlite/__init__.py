@@ -44,7 +44,6 @@ from engram_memory.ports import (
     IndexStats,
     JournalEvent,
     Posting,
-    RecordEligibility,
     RecordRow,
     RecordState,
     SealedEnvelope,
@@ -89,7 +88,12 @@ _RECORD_COLUMNS: Final = (
 _LENGTHS: Final = "len_primary, len_decision, len_evidence, len_context, len_citations"
 _DOC_LENGTHS: Final = ", ".join(f"d.len_{f}" for f in FIELDS)
 _BATCH: Final = 500
-"""Ids per ``IN (...)`` query of the batched readers (index entries, eligibility)."""
+"""Keys per ``IN (...)`` query of the batched reader (index entries)."""
+_INDEX_ENTRIES: Final = (
+    "SELECT doc, record_id, state, trust_valid, valid_from, valid_to, expires_at_ms FROM records"
+    " WHERE doc IN ({marks}) AND doc IS NOT NULL AND scope_id = ?"
+)
+"""Hits to rows: ``records_by_document`` covers it (``doc IS NOT NULL`` lets the partial index serve)."""
 _TOTALS: Final = "total_primary, total_decision, total_evidence, total_context, total_citations"
 _INDEX_STATS: Final = (
     f"INSERT INTO index_stats (scope_id, documents, {_TOTALS}) VALUES (?, 1, ?, ?, ?, ?, ?)"  # noqa: S608
@@ -151,12 +155,6 @@ def _record(row: Sequence[Any]) -> RecordRow:
         expires_at_ms=row[11],
         trust_valid=bool(row[12]),
     )
-
-
-def _eligibility(row: Sequence[Any]) -> RecordEligibility:
-    if row[1] not in _RECORD_STATES:
-        raise StoreCorruptError(ErrorCode.JOURNAL_CORRUPT, "unknown record state in the store")
-    return RecordEligibility(cast("RecordState", row[1]), bool(row[2]), row[3], row[4], row[5])
 
 
 def _chunks(values: Sequence[Any]) -> Iterator[Sequence[Any]]:
@@ -362,30 +360,22 @@ class _View:
         return row[0].split(","), row[1].split(";")
 
     def index_entries(self, documents: Sequence[str]) -> dict[str, IndexEntry]:
-        """The index entries of these document keys (keys of other scopes, or not numbers, are absent)."""
+        """These document keys resolved to their record rows (other scopes' keys, or not numbers, are absent).
+
+        One lookup per key in ``records_by_document``, the partial index of indexed rows that
+        covers their eligibility inputs.
+        """
         sid = self._sid()
         found: dict[str, IndexEntry] = {}
         for chunk in _chunks(documents) if sid is not None else ():
             wanted = {int(key): key for key in chunk if key.isascii() and key.isdigit()}
-            rows = self._all(
-                "SELECT doc, record_id, valid_from, valid_to, expires_at_ms FROM documents"  # noqa: S608
-                f" WHERE doc IN ({_marks(len(wanted))}) AND +scope_id = ?",  # '+': look up by doc, never scan the scope
-                (*wanted, sid),
+            rows = self._all(_INDEX_ENTRIES.format(marks=_marks(len(wanted))), (*wanted, sid))
+            found.update(
+                (wanted[doc], IndexEntry(record_id, state, trust == 1, valid_from, valid_to, expires_at_ms))
+                for doc, record_id, state, trust, valid_from, valid_to, expires_at_ms in rows
             )
-            found.update((wanted[row[0]], IndexEntry(row[1], row[2], row[3], row[4])) for row in rows)
-        return found
-
-    def eligibility(self, record_ids: Sequence[str]) -> dict[str, RecordEligibility]:
-        """The eligibility inputs of these record rows (ids with no row in this scope are absent)."""
-        sid = self._sid()
-        found: dict[str, RecordEligibility] = {}
-        for chunk in _chunks(record_ids) if sid is not None else ():
-            rows = self._all(
-                "SELECT record_id, state, trust_valid, valid_from, valid_to, expires_at_ms FROM records"  # noqa: S608
-                f" WHERE scope_id = ? AND record_id IN ({_marks(len(chunk))})",
-                (sid, *chunk),
-            )
-            found.update((row[0], _eligibility(row)) for row in rows)
+        if not {entry.state for entry in found.values()} <= _RECORD_STATES:
+            raise StoreCorruptError(ErrorCode.JOURNAL_CORRUPT, "unknown record state in the store")
         return found
 
     def indexed_ids(self) -> Iterator[str]:
@@ -471,8 +461,9 @@ class _Unit(_View):
     def put_record(self, row: RecordRow) -> None:
         """Insert or replace a record row."""
         self._run(
-            f"INSERT INTO records (scope_id, {_RECORD_COLUMNS})"  # noqa: S608
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            f"INSERT INTO records (scope_id, {_RECORD_COLUMNS}, doc)"  # noqa: S608
+            " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
+            " (SELECT doc FROM documents WHERE scope_id = ?1 AND record_id = ?2))"
             " ON CONFLICT (scope_id, record_id) DO UPDATE SET state = excluded.state,"
             " record_digest = excluded.record_digest, payload_digest = excluded.payload_digest,"
             " key_ref = excluded.key_ref, nonce = excluded.nonce, ciphertext = excluded.ciphertext,"
@@ -530,6 +521,7 @@ class _Unit(_View):
             (sid, document.record_id, *lengths, document.valid_from, document.valid_to, document.expires_at_ms),
         )
         doc = cursor.lastrowid
+        conn.execute("UPDATE records SET doc = ? WHERE scope_id = ? AND record_id = ?", (doc, sid, document.record_id))
         conn.execute(
             "INSERT INTO document_terms (doc, term_count, term_keys) VALUES (?, ?, ?)",
             (doc, len(keyed), b"".join(key for key, _ in keyed)),
@@ -564,6 +556,7 @@ class _Unit(_View):
         )
         conn.execute("DELETE FROM document_terms WHERE doc = ?", (doc,))
         conn.execute("DELETE FROM documents WHERE doc = ?", (doc,))
+        conn.execute("UPDATE records SET doc = NULL WHERE scope_id = ? AND record_id = ?", (sid, record_id))
         conn.execute(_UNINDEX_STATS, (*lengths, sid))
 
     @translated("doom_key")

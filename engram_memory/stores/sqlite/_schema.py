@@ -306,10 +306,33 @@ CREATE INDEX records_eligibility ON records (
 """,
 )
 
-STORE_SCHEMA = SchemaSpec(
-    kind="store", application_id=STORE_APPLICATION_ID, migrations=(_STATE_V1, _INDEX_V2, _NUMBERED_INDEX_V3)
+_RECORD_DOCUMENT_V4 = Migration(
+    4,
+    "records-name-their-document",
+    """
+-- a record row names its index document (NULL while not indexed), and one partial index over the
+-- indexed rows, keyed by document and covering their eligibility inputs, resolves a search hit in one lookup
+ALTER TABLE records ADD COLUMN doc INTEGER;
+
+UPDATE records SET doc = (
+    SELECT d.doc FROM documents AS d WHERE d.scope_id = records.scope_id AND d.record_id = records.record_id
+);
+
+DROP INDEX records_eligibility;
+
+CREATE INDEX records_by_document ON records (
+    doc, scope_id, record_id, state, trust_valid, valid_from, valid_to, expires_at_ms
+) WHERE doc IS NOT NULL
+""",
 )
-"""The store's migrations: 1 = journal and state tables, 2 = the lexical index, 3 = numbered documents."""
+
+STORE_SCHEMA = SchemaSpec(
+    kind="store",
+    application_id=STORE_APPLICATION_ID,
+    migrations=(_STATE_V1, _INDEX_V2, _NUMBERED_INDEX_V3, _RECORD_DOCUMENT_V4),
+)
+"""The store's migrations: 1 = journal and state tables, 2 = the lexical index, 3 = numbered documents,
+4 = records name their document."""
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
