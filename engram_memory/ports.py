@@ -520,9 +520,11 @@ class RankingQuery:
     now_ms: int
 
 
-@attrs.frozen(kw_only=True)
-class RankedHit:
-    """One ranked record: final score, its recency component, and the lexical score."""
+class RankedHit(NamedTuple):
+    """One ranked record: final score, its recency component, and the lexical score.
+
+    A named tuple (a ranker builds one per candidate, up to 2,000 per search); build it by keyword.
+    """
 
     record_id: str
     score: float

@@ -106,9 +106,12 @@ class LexicalRanker:
     def rank(self, reader: StoreReader, query: RankingQuery) -> list[RankedHit]:
         """Every eligible hit of the reader's scope, best first (at most 2,000)."""
         lexical_list = _lexical_list(reader, _bm25f(reader, query), query)
+        recencies: dict[int | None, float] = {}  # by valid_to: most hits share an open interval
         hits: list[RankedHit] = []
         for (record_id, valid_to), lexical in zip(lexical_list, rrf_normalised(len(lexical_list)), strict=True):
-            recency_value = recency(valid_to, query.valid_as_of)
+            recency_value = recencies.get(valid_to)
+            if recency_value is None:
+                recency_value = recencies[valid_to] = recency(valid_to, query.valid_as_of)
             hits.append(
                 RankedHit(
                     record_id=record_id,

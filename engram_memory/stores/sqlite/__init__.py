@@ -370,10 +370,10 @@ class _View:
         for chunk in _chunks(documents) if sid is not None else ():
             wanted = {int(key): key for key in chunk if key.isascii() and key.isdigit()}
             rows = self._all(_INDEX_ENTRIES.format(marks=_marks(len(wanted))), (*wanted, sid))
-            found.update(
-                (wanted[doc], IndexEntry(record_id, state, trust == 1, valid_from, valid_to, expires_at_ms))
+            found |= {
+                wanted[doc]: IndexEntry(record_id, state, trust == 1, valid_from, valid_to, expires_at_ms)
                 for doc, record_id, state, trust, valid_from, valid_to, expires_at_ms in rows
-            )
+            }
         if not {entry.state for entry in found.values()} <= _RECORD_STATES:
             raise StoreCorruptError(ErrorCode.JOURNAL_CORRUPT, "unknown record state in the store")
         return found
