@@ -11,6 +11,7 @@ import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from sys import intern
 
 import attrs
 
@@ -214,7 +215,7 @@ class _Unit(_View):
         buckets = self._p.buckets[rid] = []
         for term, frequencies in document.terms.items():
             bucket = occurrences.setdefault(term, {})
-            bucket[rid] = occurrence_key(frequencies, document.lengths)
+            bucket[rid] = intern(occurrence_key(frequencies, document.lengths))
             buckets.append((term, bucket))
 
     def doom_key(self, key_ref: str) -> None:
