@@ -1038,6 +1038,27 @@ def test_not_a_database_is_corrupt(db_path: Path) -> None:
         SQLiteStore(db_path)
 
 
+def test_an_unknown_record_state_is_corrupt_to_every_reader(sqlite: SQLiteStore, db_path: Path) -> None:
+    """A state outside the schema's CHECK (written past it) is JOURNAL_CORRUPT to ``record`` and ``index_entries``."""
+    with sqlite.write(SCOPE) as unit:
+        unit.put_record(record("mem_a"))
+        unit.index_document(document("mem_a", {"alpha": (1, 0, 0, 0, 0)}))
+    raw = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        raw.execute("PRAGMA ignore_check_constraints = ON")
+        assert raw.execute("UPDATE records SET state = 'limbo' WHERE record_id = 'mem_a'").rowcount == 1
+    finally:
+        raw.close()
+    with sqlite.read(SCOPE) as reader:
+        keys = reader.term_postings("alpha")[0]
+        assert len(keys) == 1
+        with pytest.raises(StoreCorruptError) as caught:
+            reader.index_entries(keys)
+        assert caught.value.code is ErrorCode.JOURNAL_CORRUPT
+        with pytest.raises(StoreCorruptError):
+            reader.record("mem_a")
+
+
 def test_unopenable_path_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailableError):
         SQLiteStore(tmp_path / "missing-dir" / "store.db")
