@@ -887,20 +887,7 @@ def _build_v2_file(path: Path, corpora: dict[str, list[tuple[RecordRow | None, I
                     raw.execute(
                         f"INSERT INTO records (scope_id, {sqlite_store._RECORD_COLUMNS})"  # noqa: S608 - constants
                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            scope_id,
-                            row.record_id,
-                            row.state,
-                            row.record_digest,
-                            row.payload_digest,
-                            *sqlite_store._unsealed(row.sealed),
-                            row.recorded_cursor,
-                            row.accepted_cursor,
-                            row.valid_from,
-                            row.valid_to,
-                            row.expires_at_ms,
-                            int(row.trust_valid),
-                        ),
+                        (scope_id, *sqlite_store._record_values(row)),
                     )
                 _write_v2_index(raw, term_keys, scope_id, doc)
         raw.execute("COMMIT")

@@ -157,6 +157,23 @@ def _record(row: Sequence[Any]) -> RecordRow:
     )
 
 
+def _record_values(row: RecordRow) -> tuple[Any, ...]:
+    """The values of ``_RECORD_COLUMNS`` for ``row``, in that order."""
+    return (
+        row.record_id,
+        row.state,
+        row.record_digest,
+        row.payload_digest,
+        *_unsealed(row.sealed),
+        row.recorded_cursor,
+        row.accepted_cursor,
+        row.valid_from,
+        row.valid_to,
+        row.expires_at_ms,
+        int(row.trust_valid),
+    )
+
+
 def _chunks(values: Sequence[Any]) -> Iterator[Sequence[Any]]:
     """``values`` in slices of at most ``_BATCH``, duplicates kept (``IN`` ignores them)."""
     for start in range(0, len(values), _BATCH):
@@ -470,20 +487,7 @@ class _Unit(_View):
             " recorded_cursor = excluded.recorded_cursor, accepted_cursor = excluded.accepted_cursor,"
             " valid_from = excluded.valid_from, valid_to = excluded.valid_to,"
             " expires_at_ms = excluded.expires_at_ms, trust_valid = excluded.trust_valid",
-            (
-                self._sid_for_write(),
-                row.record_id,
-                row.state,
-                row.record_digest,
-                row.payload_digest,
-                *_unsealed(row.sealed),
-                row.recorded_cursor,
-                row.accepted_cursor,
-                row.valid_from,
-                row.valid_to,
-                row.expires_at_ms,
-                int(row.trust_valid),
-            ),
+            (self._sid_for_write(), *_record_values(row)),
         )
 
     @translated("add_tombstone")
