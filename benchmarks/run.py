@@ -1139,8 +1139,8 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0
         for size in reversed(sizes):  # SQLite writes once more, sizes descending (see growth())
             for backend in results["measure_again"]:
                 log(f"N={size}: measuring {backend} writes again (second pass)")
-                again = measure(workdir, size, backend, backends, options.quick, reads=False)
-                results["measure_again"][backend][str(size)] = again
+                second = measure(workdir, size, backend, backends, options.quick, reads=False)
+                results["measure_again"][backend][str(size)] = second
             if size != sizes[-1] and not options.keep:
                 shutil.rmtree(workdir / f"n{size}", ignore_errors=True)
     finally:
