@@ -36,15 +36,7 @@ NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
 
 def binding_for(tenant: int, corpus: SyntheticCorpus = CORPUS) -> HostBinding:
-    owner = corpus.tenants[tenant]
-    return HostBinding(
-        tenant_id=owner.tenant_id,
-        workspace_id=owner.workspace_id,
-        principal=owner.principal,
-        agent_id="agent-corpus",
-        session="session-corpus",
-        purpose_ref=PURPOSE,
-    )
+    return corpus.tenants[tenant].binding("corpus")
 
 
 # --------------------------------------------------------------------------- determinism

@@ -38,15 +38,7 @@ CORPUS = SyntheticCorpus()
 
 
 def binding_for(tenant: int) -> HostBinding:
-    owner = CORPUS.tenants[tenant]
-    return HostBinding(
-        tenant_id=owner.tenant_id,
-        workspace_id=owner.workspace_id,
-        principal=owner.principal,
-        agent_id="agent-scale",
-        session="session-scale",
-        purpose_ref=PURPOSE,
-    )
+    return CORPUS.tenants[tenant].binding("scale")
 
 
 @dataclass

@@ -114,6 +114,17 @@ class Tenant:
     principal: str
     projects: tuple[str, ...]
 
+    def binding(self, caller: str) -> HostBinding:
+        """This tenant's host binding for ``caller`` (agent ``agent-<caller>``, purpose :data:`PURPOSE`)."""
+        return HostBinding(
+            tenant_id=self.tenant_id,
+            workspace_id=self.workspace_id,
+            principal=self.principal,
+            agent_id=f"agent-{caller}",
+            session=f"session-{caller}",
+            purpose_ref=PURPOSE,
+        )
+
 
 @dataclass(frozen=True)
 class CorpusSpec:
