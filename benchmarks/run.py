@@ -21,11 +21,12 @@ copied for each ``synchronous`` mode. Then every measured operation goes through
 The limits (bare durable SQLite transactions with the row counts of our cycle, RFC 8785 + SHA-256
 + AES-GCM of the same payload, FTS5 ``bm25()`` over the same documents) are timed in the same
 process, interleaved one-for-one with our operations, so a neighbour slowing the disk or the CPU
-slows both. Cost growth compares processes run minutes apart, so the SQLite writes are measured
-a second time, on fresh copies with the sizes in descending order, and a write counts as flat only
-if both passes say so. Three private handles are used, read-only or for the preload only: the vault's
-connection (one transaction around a preload batch's seals), the store's idle connections (a larger
-page cache while preloading; trace callbacks to count the rows a cycle writes).
+slows both. Cost growth compares processes run minutes apart, so the writes are measured a
+second time in a paired pass (the smallest and the largest size in two processes alive at once,
+taking turns in blocks of ten operations), and a write counts as flat only if both passes say so.
+Three private handles are used, read-only or for the preload only: the vault's connection (one
+transaction around a preload batch's seals), the store's idle connections (a larger page cache
+while preloading; trace callbacks to count the rows a cycle writes).
 """
 
 from __future__ import annotations
@@ -317,7 +318,124 @@ def _count(name: str, quick: bool) -> int:
     return COUNTS[name][0 if quick else 1]
 
 
-def measure_writes(  # noqa: C901, PLR0915 - the five operations in sequence
+class WriteBench:
+    """The five write operations on one service, run in blocks of any size.
+
+    State carries over between blocks: admissions accept the earliest pending captures, withdraws
+    take the pending captures after those, forgets take preloaded records from a fixed random
+    sample. The sequential pass runs each operation once with its full count
+    (:func:`measure_writes`); the paired pass runs them in small blocks, alternating with a
+    process at another size (:func:`measure_paired`).
+    """
+
+    def __init__(
+        self, service: MemoryService, corpus: Any, binding: HostBinding, ids: list[str], *, quick: bool
+    ) -> None:
+        self.service, self.corpus, self.binding = service, corpus, binding
+        self.position = len(ids)  # new documents of tenant 0 follow the preloaded ones
+        self.pending: list[tuple[str, str]] = []
+        self.admitted = 0
+        rng = random.Random(f"forget/{len(ids)}")
+        self.forgettable = rng.sample(ids, min(_count("forget", quick), len(ids) // 2))
+        self.forgotten: list[str] = []
+        self.cycle_limit: list[float] = []  # bare durable transactions timed after each cycle
+        self.one_row: list[float] = []
+
+    def next_args(self) -> dict[str, Any]:
+        args: dict[str, Any] = self.corpus.capture_arguments(0, self.position)
+        self.position += 1
+        return args
+
+    def admit(self, candidate_id: str, key: str) -> dict[str, Any]:
+        args = {"candidate_id": candidate_id, "idempotency_key": corpus_module.admission_key(key)}
+        return self.service.call_tool(ADMISSION, args, self.binding)
+
+    def gated(self, tool: str, args: dict[str, Any]) -> float:
+        """One confirmed call of a gated tool; its duration (the confirmation is built untimed)."""
+        bound = confirmed(self.service, tool, args, self.binding)
+        started = time.perf_counter()
+        envelope = self.service.call_tool(tool, args, bound)
+        elapsed = time.perf_counter() - started
+        ok(envelope)
+        return elapsed
+
+    def warm_up(self, cycles: int) -> dict[str, Any]:
+        """``cycles`` untimed capture+admit cycles, their statements counted (capture and admission apart)."""
+        capture_audit, admit_audit = StatementAudit(self.service), StatementAudit(self.service)
+        for _ in range(cycles):
+            args = self.next_args()
+            with capture_audit:
+                value = ok(self.service.call_tool(CAPTURE, args, self.binding))
+            with admit_audit:
+                ok(self.admit(value["candidate_id"], args["idempotency_key"]))
+        return {"capture": capture_audit.per(cycles), "admission": admit_audit.per(cycles)}
+
+    def capture(self, count: int, limit: list[float] | None = None, sizes: list[int] | None = None) -> list[float]:
+        """``count`` captures (kept pending); with ``limit``, the bare crypto of each payload too."""
+        latencies: list[float] = []
+        for _ in range(count):
+            args = self.next_args()
+            started = time.perf_counter()
+            envelope = self.service.call_tool(CAPTURE, args, self.binding)
+            latencies.append(time.perf_counter() - started)
+            self.pending.append((ok(envelope)["candidate_id"], args["idempotency_key"]))
+            if limit is not None and sizes is not None:
+                completed = complete_payload(args["payload"], self.binding.scope)
+                limit.append(bare_crypto(completed, self.binding.scope))
+                sizes.append(len(rfc8785.dumps(completed)))
+        return latencies
+
+    def admission(self, count: int) -> list[float]:
+        """Accepting admissions of the next ``count`` pending captures."""
+        latencies: list[float] = []
+        for candidate_id, key in self.pending[self.admitted : self.admitted + count]:
+            started = time.perf_counter()
+            envelope = self.admit(candidate_id, key)
+            latencies.append(time.perf_counter() - started)
+            if ok(envelope)["outcome"]["status"] != "accepted":
+                raise RuntimeError("admission did not accept")
+        self.admitted += count
+        return latencies
+
+    def withdraw(self, count: int, first: int) -> list[float]:
+        """Withdraws of ``count`` pending captures from index ``first`` (after the admitted ones)."""
+        return [
+            self.gated(
+                WITHDRAW, {"candidate_id": candidate_id, "idempotency_key": key + ":withdraw", "reason_ref": REASON}
+            )
+            for candidate_id, key in self.pending[first : first + count]
+        ]
+
+    def cycle(self, count: int, bare: BareDurable | None = None, split: tuple[int, int] = (0, 0)) -> list[float]:
+        """``count`` capture+admit cycles; with ``bare``, the bare durable transactions of each too."""
+        latencies: list[float] = []
+        for _ in range(count):
+            args = self.next_args()
+            started = time.perf_counter()
+            value = ok(self.service.call_tool(CAPTURE, args, self.binding))
+            ok(self.admit(value["candidate_id"], args["idempotency_key"]))
+            latencies.append(time.perf_counter() - started)
+            if bare is not None:
+                self.cycle_limit.append(bare.transaction(split[0]) + bare.transaction(split[1]))
+                self.one_row.append(bare.transaction(1))
+        return latencies
+
+    def forget(self, count: int) -> list[float]:
+        """Forgets of the next ``count`` records of the sample."""
+        start = len(self.forgotten)
+        batch = self.forgettable[start : start + count]
+        latencies = [
+            self.gated(
+                FORGET,
+                {"record_id": record_id, "idempotency_key": f"bench-forget-{start + index:06d}", "reason_ref": REASON},
+            )
+            for index, record_id in enumerate(batch)
+        ]
+        self.forgotten += batch
+        return latencies
+
+
+def measure_writes(
     service: MemoryService,
     corpus: Any,
     binding: HostBinding,
@@ -332,103 +450,25 @@ def measure_writes(  # noqa: C901, PLR0915 - the five operations in sequence
     The limits are timed interleaved with ours (one bare measurement after each of our operations),
     so a disk or CPU slowed down by a neighbour affects both alike.
     """
+    bench = WriteBench(service, corpus, binding, ids, quick=quick)
+    audit = bench.warm_up(AUDIT_CYCLES)
     results: dict[str, Any] = {}
-    scope = binding.scope
-    position = len(ids)  # new documents of tenant 0 follow the preloaded ones
-
-    def next_args() -> dict[str, Any]:
-        nonlocal position
-        args: dict[str, Any] = corpus.capture_arguments(0, position)
-        position += 1
-        return args
-
-    def admit(candidate_id: str, key: str) -> dict[str, Any]:
-        args = {"candidate_id": candidate_id, "idempotency_key": corpus_module.admission_key(key)}
-        return service.call_tool(ADMISSION, args, binding)
-
-    # warm-up and audit: AUDIT_CYCLES cycles, capture and admission counted separately
-    capture_audit, admit_audit = StatementAudit(service), StatementAudit(service)
-    for _ in range(AUDIT_CYCLES):
-        args = next_args()
-        with capture_audit:
-            value = ok(service.call_tool(CAPTURE, args, binding))
-        with admit_audit:
-            ok(admit(value["candidate_id"], args["idempotency_key"]))
-    audit = {"capture": capture_audit.per(AUDIT_CYCLES), "admission": admit_audit.per(AUDIT_CYCLES)}
-
-    latencies: list[float] = []
     limit: list[float] = []
     sizes: list[int] = []
-    pending: list[tuple[str, str]] = []
-    for _ in range(_count("capture", quick)):
-        args = next_args()
-        started = time.perf_counter()
-        envelope = service.call_tool(CAPTURE, args, binding)
-        latencies.append(time.perf_counter() - started)
-        pending.append((ok(envelope)["candidate_id"], args["idempotency_key"]))
-        completed = complete_payload(args["payload"], scope)
-        limit.append(bare_crypto(completed, scope))
-        sizes.append(len(rfc8785.dumps(completed)))
-    results["capture"] = summary(latencies)
+    results["capture"] = summary(bench.capture(_count("capture", quick), limit, sizes))
     results["limit_crypto_canonical"] = {**summary(limit), "payload_bytes": percentile(sizes, 50)}
-
-    latencies = []
-    for candidate_id, key in pending[: _count("admission", quick)]:
-        started = time.perf_counter()
-        envelope = admit(candidate_id, key)
-        latencies.append(time.perf_counter() - started)
-        if ok(envelope)["outcome"]["status"] != "accepted":
-            raise RuntimeError("admission did not accept")
-    results["request_admission"] = summary(latencies)
-
-    def gated(tool: str, args: dict[str, Any]) -> float:
-        """One confirmed call of a gated tool; its duration (the confirmation is built untimed)."""
-        bound = confirmed(service, tool, args, binding)
-        started = time.perf_counter()
-        envelope = service.call_tool(tool, args, bound)
-        elapsed = time.perf_counter() - started
-        ok(envelope)
-        return elapsed
-
-    results["withdraw"] = summary(
-        [
-            gated(WITHDRAW, {"candidate_id": candidate_id, "idempotency_key": key + ":withdraw", "reason_ref": REASON})
-            for candidate_id, key in pending[_count("admission", quick) :][: _count("withdraw", quick)]
-        ]
-    )
-
-    latencies = []
-    limit = []
-    one_row: list[float] = []
+    results["request_admission"] = summary(bench.admission(_count("admission", quick)))
+    results["withdraw"] = summary(bench.withdraw(_count("withdraw", quick), _count("admission", quick)))
     split = (
         round(audit["capture"]["store_rows"] + audit["capture"]["vault_rows"]),
         round(audit["admission"]["store_rows"] + audit["admission"]["vault_rows"]),
     )
-    for _ in range(_count("cycle", quick)):
-        args = next_args()
-        started = time.perf_counter()
-        value = ok(service.call_tool(CAPTURE, args, binding))
-        ok(admit(value["candidate_id"], args["idempotency_key"]))
-        latencies.append(time.perf_counter() - started)
-        if bare is not None:
-            limit.append(bare.transaction(split[0]) + bare.transaction(split[1]))
-            one_row.append(bare.transaction(1))
-    results["capture_admit_cycle"] = summary(latencies)
-    if limit:
-        results["limit_durable_cycle"] = {**summary(limit), "rows": list(split)}
-        results["limit_one_row_commit"] = summary(one_row)
-
-    rng = random.Random(f"forget/{len(ids)}")
-    forgotten = rng.sample(ids, min(_count("forget", quick), len(ids) // 2))
-    results["forget"] = summary(
-        [
-            gated(
-                FORGET, {"record_id": record_id, "idempotency_key": f"bench-forget-{index:06d}", "reason_ref": REASON}
-            )
-            for index, record_id in enumerate(forgotten)
-        ]
-    )
-    gone.update(forgotten)
+    results["capture_admit_cycle"] = summary(bench.cycle(_count("cycle", quick), bare, split))
+    if bench.cycle_limit:
+        results["limit_durable_cycle"] = {**summary(bench.cycle_limit), "rows": list(split)}
+        results["limit_one_row_commit"] = summary(bench.one_row)
+    results["forget"] = summary(bench.forget(_count("forget", quick)))
+    gone.update(bench.forgotten)
     return results, audit
 
 
@@ -570,6 +610,42 @@ def worker_measure(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def worker_paced(params: dict[str, Any]) -> dict[str, Any]:
+    """The writes of :class:`WriteBench` in blocks, as the parent asks over stdin (see :func:`measure_paired`).
+
+    Prepares the store as ``worker_measure`` does, runs the warm-up cycles, prints ``{"ready": …}``,
+    then answers each request line ``{"op": …, "count": n}`` with ``{"latencies": […]}`` until
+    ``{"op": "done"}``.
+    """
+    corpus = corpus_module.SyntheticCorpus()
+    quick = bool(params["quick"])
+    if params["backend"] == "memory":
+        service = connect("memory:", policy=POLICY)
+        ids, _ = preload(service, corpus, int(params["size"]))
+    else:
+        service = open_sqlite(Path(params["path"]), params["synchronous"])
+        ids = json.loads(Path(params["ids"]).read_text())
+    try:
+        bench = WriteBench(service, corpus, binding_for(corpus.tenants[0]), ids, quick=quick)
+        bench.warm_up(AUDIT_CYCLES)
+        withdrawn = _count("admission", quick)
+        print(json.dumps({"ready": int(params["size"])}), flush=True)
+        for line in sys.stdin:
+            request = json.loads(line)
+            op, count = request["op"], int(request.get("count", 0))
+            if op == "done":
+                break
+            if op == "withdraw":
+                latencies = bench.withdraw(count, withdrawn)
+                withdrawn += count
+            else:
+                latencies = getattr(bench, op)(count)
+            print(json.dumps({"latencies": latencies}), flush=True)
+    finally:
+        service.close()
+    return {"rss_kib": peak_rss_kib()}
+
+
 def worker_search_rss(params: dict[str, Any]) -> dict[str, Any]:
     """Peak RSS of a process that opens the base file and (unless ``idle``) runs searches and gets."""
     corpus = corpus_module.SyntheticCorpus()
@@ -677,6 +753,7 @@ WORKERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "load": worker_load,
     "measure": worker_measure,
     "search_rss": worker_search_rss,
+    "paced": worker_paced,
 }
 
 
@@ -785,8 +862,9 @@ def table(results: dict[str, Any], section: str, ops: Sequence[str]) -> list[str
 def growth(results: dict[str, Any]) -> tuple[list[str], list[tuple[str, bool | None, str]]]:
     """The cost-growth table and, per write, whether it is flat (≤ 1.25×).
 
-    A write measured twice (SQLite: with the rest of the run, sizes ascending, then again, sizes
-    descending) shows both passes as ``pass 1 · pass 2`` and is flat only if both passes are.
+    Writes are measured twice, with the rest of the run (sizes one after another) and in the paired
+    pass (smallest and largest size at once, see :func:`measure_paired`); their cells read
+    ``sequential · paired`` and a write is flat only if both ratios are ≤ 1.25×.
     """
     sizes = results["sizes"]
     small, large = sizes[0], sizes[-1]
@@ -801,7 +879,7 @@ def growth(results: dict[str, Any]) -> tuple[list[str], list[tuple[str, bool | N
             for op in ops:
                 passes = [(figure(results, backend, small, section, op), figure(results, backend, large, section, op))]
                 if section == "writes":
-                    passes.append((again(results, backend, small, op), again(results, backend, large, op)))
+                    passes.append((paired(results, backend, small, op), paired(results, backend, large, op)))
                 measured = [(a, b) for a, b in passes if a is not None and b is not None]
                 if not measured:
                     continue
@@ -823,10 +901,9 @@ def growth(results: dict[str, Any]) -> tuple[list[str], list[tuple[str, bool | N
     return lines, verdicts
 
 
-def again(results: dict[str, Any], backend: str, size: int, op: str) -> dict[str, Any] | None:
-    """The second-pass figure of a write (SQLite backends), if measured."""
-    entry = results.get("measure_again", {}).get(backend, {}).get(str(size))
-    value: dict[str, Any] | None = entry["writes"].get(op) if entry else None
+def paired(results: dict[str, Any], backend: str, size: int, op: str) -> dict[str, Any] | None:
+    """The paired-pass figure of a write, if measured."""
+    value: dict[str, Any] | None = results.get("paired", {}).get(backend, {}).get(str(size), {}).get(op)
     return value
 
 
@@ -861,12 +938,14 @@ def render(results: dict[str, Any]) -> str:  # noqa: C901, PLR0912, PLR0915 - on
         f"## Cost growth ({fmt_size(sizes[-1])} vs {fmt_size(sizes[0])})",
         "",
     ]
-    if any(results.get("measure_again", {}).values()):
+    if any(results.get("paired", {}).values()):
         out += [
             (
-                "SQLite writes are measured twice: in the run above (sizes ascending), then again on fresh copies "
-                "with sizes descending, so that a drift of the machine during the run shows. Their cells read "
-                "pass 1 · pass 2; a write is flat only if both passes are ≤ 1.25×."
+                "Writes are measured twice: in the run above, each size in its own process minutes apart, and in a "
+                f"paired pass, where a {fmt_size(sizes[0])} and a {fmt_size(sizes[-1])} process (fresh copies) are "
+                f"alive at once and take turns, {PAIRED_BLOCK} operations at a time, so a drift of the machine "
+                "reaches both sizes alike. Their cells read sequential · paired; a write is flat only if both "
+                "ratios are ≤ 1.25×."
             ),
             "",
         ]
@@ -1065,6 +1144,92 @@ def measure(
         shutil.rmtree(copy_dir, ignore_errors=True)
 
 
+PAIRED_BLOCK = 10
+"""Operations per block in the paired pass; the two processes take turns block by block."""
+PAIRED_OPS = (
+    ("capture", "capture", "capture"),
+    ("request_admission", "admission", "admission"),
+    ("withdraw", "withdraw", "withdraw"),
+    ("capture_admit_cycle", "cycle", "cycle"),
+    ("forget", "forget", "forget"),
+)
+"""(figure, ``WriteBench`` method, ``COUNTS`` entry), in the order of the sequential pass."""
+
+
+class PacedWorker:
+    """A ``paced`` worker process: it prepares its store, then runs write blocks on request."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        command = [sys.executable, str(Path(__file__).resolve()), "--worker", "paced", "--params", json.dumps(params)]
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # noqa: S603
+
+    def reply(self) -> dict[str, Any]:
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line:
+            raise SystemExit(f"paced worker exited with code {self.proc.wait()}")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def ask(self, op: str, count: int) -> list[float]:
+        if self.proc.stdin is None:  # pragma: no cover - always a pipe
+            raise SystemExit("paced worker has no stdin")
+        self.proc.stdin.write(json.dumps({"op": op, "count": count}) + "\n")
+        self.proc.stdin.flush()
+        latencies: list[float] = self.reply()["latencies"]
+        return latencies
+
+    def close(self) -> None:
+        with contextlib.suppress(BrokenPipeError, ValueError):
+            self.proc.communicate(json.dumps({"op": "done"}) + "\n", timeout=600)
+        if self.proc.poll() is None:  # pragma: no cover - a stuck worker
+            self.proc.kill()
+
+
+def measure_paired(workdir: Path, small: int, large: int, backend: str, quick: bool) -> dict[str, Any]:
+    """The writes at the smallest and the largest size, measured by two processes alive at once.
+
+    Each prepares its store (SQLite: a fresh copy of its base file) and runs the warm-up; then they
+    take turns, ``PAIRED_BLOCK`` operations at a time, the first turn alternating between them, so
+    a drift of the machine during the pass reaches both sizes alike. Returns the summaries by size
+    and figure.
+    """
+    kind, _, mode = backend.partition("-")
+    copies: list[Path] = []
+    workers: dict[int, PacedWorker] = {}
+    try:
+        params: dict[int, dict[str, Any]] = {}
+        for size in (small, large):
+            params[size] = {"size": size, "quick": quick, "backend": kind}
+            if kind == "sqlite":
+                copy_dir = workdir / f"n{size}-{mode}-paired"
+                shutil.rmtree(copy_dir, ignore_errors=True)
+                shutil.copytree(workdir / f"n{size}", copy_dir)
+                copies.append(copy_dir)
+                params[size] |= {
+                    "path": str(copy_dir / "base.db"),
+                    "ids": str(copy_dir / "ids.json"),
+                    "synchronous": mode,
+                }
+        os.sync()
+        for size, size_params in params.items():
+            workers[size] = PacedWorker(size_params)
+        for worker in workers.values():
+            worker.reply()  # ready
+        latencies: dict[int, dict[str, list[float]]] = {size: {} for size in workers}
+        for figure_name, method, count_name in PAIRED_OPS:
+            total = _count(count_name, quick)
+            for turn, done in enumerate(range(0, total, PAIRED_BLOCK)):
+                for size in (small, large) if turn % 2 == 0 else (large, small):
+                    block = workers[size].ask(method, min(PAIRED_BLOCK, total - done))
+                    latencies[size].setdefault(figure_name, []).extend(block)
+        return {str(size): {name: summary(values) for name, values in ops.items()} for size, ops in latencies.items()}
+    finally:
+        for worker in workers.values():
+            worker.close()
+        for copy_dir in copies:
+            shutil.rmtree(copy_dir, ignore_errors=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0915 - the whole run, in order
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="sizes 1k and 10k, fewer samples (< 2 minutes)")
@@ -1100,7 +1265,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0
         "backends": backends,
         "machine": machine(),
         "measure": {b: {} for b in backends},
-        "measure_again": {b: {} for b in backends if b.startswith("sqlite-")},
+        "paired": {},
         "load": {},
         "memory": {},
     }
@@ -1128,12 +1293,12 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0
                 results["memory"]["idle"] = run_worker("search_rss", {"path": str(base), "idle": True})["rss_kib"]
                 results["memory"]["search"] = run_worker("search_rss", {"path": str(base)})["rss_kib"]
                 results["memory"]["load"] = results["load"][str(size)]["rss_kib"]
-        for size in reversed(sizes):  # SQLite writes once more, sizes descending (see growth())
-            for backend in results["measure_again"]:
-                log(f"N={size}: measuring {backend} writes again (second pass)")
-                second = measure(workdir, size, backend, backends, options.quick, reads=False)
-                results["measure_again"][backend][str(size)] = second
-            if size != sizes[-1] and not options.keep:
+        if len(sizes) > 1:  # the writes once more, both sizes at once (see growth())
+            for backend in backends:
+                log(f"N={sizes[0]} and N={sizes[-1]}: paired pass of the writes on {backend}")
+                results["paired"][backend] = measure_paired(workdir, sizes[0], sizes[-1], backend, options.quick)
+        if not options.keep:
+            for size in sizes[:-1]:
                 shutil.rmtree(workdir / f"n{size}", ignore_errors=True)
     finally:
         if not options.keep and not options.workdir:

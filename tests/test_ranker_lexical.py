@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
@@ -11,8 +12,10 @@ from engram_memory.canonical import Domain, digest
 from engram_memory.context import scope_key
 from engram_memory.ports import (
     IndexedDocument,
+    IndexEntry,
     RankingQuery,
     RecordRow,
+    RecordState,
     SealedEnvelope,
     Store,
     occurrence_fields,
@@ -26,7 +29,7 @@ from engram_memory.ranking.bm25f import (
     recency,
     rrf_normalised,
 )
-from engram_memory.ranking.eligibility import row_is_eligible
+from engram_memory.ranking.eligibility import eligible_entries, row_is_eligible
 from engram_memory.ranking.lexical import LexicalRanker
 from engram_memory.stores.memory import InMemoryStore
 from engram_memory.stores.sqlite import SQLiteStore
@@ -288,3 +291,23 @@ def test_batched_ranking_equals_the_plain_algorithm(backend: str, tmp_path: Path
                 assert f"mem_{(31 * 5 * 7919) % 2_600:05d}" in surfaced  # index copy expired, row current
     finally:
         store.close()
+
+
+def test_the_bulk_eligibility_rule_is_the_single_rule() -> None:
+    """``eligible_entries`` keeps exactly the entries ``row_is_eligible`` accepts, boundaries included."""
+    at, now = 1_000, 5_000
+    entries = [
+        (index, IndexEntry(f"mem_{index}", state, trust, valid_from, valid_to, expires))
+        for index, (state, trust, valid_from, valid_to, expires) in enumerate(
+            (state, trust, valid_from, valid_to, expires)
+            for state in get_args(RecordState)
+            for trust in (True, False)
+            for valid_from in (at - 1, at, at + 1)
+            for valid_to in (None, at - 1, at, at + 1)
+            for expires in (None, now - 1, now, now + 1)
+        )
+    ]
+    kept = eligible_entries(entries, valid_as_of=at, now_ms=now)
+    assert kept == [(key, entry) for key, entry in entries if row_is_eligible(entry, valid_as_of=at, now_ms=now)]
+    assert len(kept) == 2 * 3 * 2  # current and trusted; from at-1 or at; to None, at or at+1; expiry None or now+1
+    assert all(entry.valid_from <= at and entry.state == "accepted_current" for _, entry in kept)

@@ -937,14 +937,12 @@ def test_an_older_index_migrates_and_searches_identically(db_path: Path, version
                 "SELECT d.scope_id, d.record_id, d.doc FROM documents AS d"
                 " JOIN records AS r ON r.scope_id = d.scope_id AND r.record_id = d.record_id"
             ).fetchall()
-            plan = raw.execute(
-                "EXPLAIN QUERY PLAN " + sqlite_store._INDEX_ENTRIES.format(marks="?, ?"), (1, 2, 1)
-            ).fetchall()
+            plan = raw.execute("EXPLAIN QUERY PLAN " + sqlite_store._INDEX_ENTRIES, ('["1", "2"]', 1)).fetchall()
         finally:
             raw.close()
         assert sorted(named) == sorted(indexed)
         assert len(named) == sum(row is not None for items in corpora.values() for row, _ in items)
-        assert "COVERING INDEX records_by_document" in plan[0][3]
+        assert any("COVERING INDEX records_by_document" in row[3] for row in plan), plan
         for backend in (migrated, fresh):
             for scope in corpora:
                 assert snapshot(backend, scope, _V2_VOCABULARY) == snapshot(reference, scope, _V2_VOCABULARY)

@@ -8,9 +8,14 @@ retention has not expired (``expires_at_ms`` absent or ``now_ms < expires_at_ms`
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TypeVar
+
 from engram_memory.ports import IndexEntry, Posting, RecordRow
 
-__all__ = ["is_valid_at", "posting_is_eligible", "row_is_eligible"]
+_Key = TypeVar("_Key")
+
+__all__ = ["eligible_entries", "is_valid_at", "posting_is_eligible", "row_is_eligible"]
 
 
 def is_valid_at(
@@ -38,3 +43,22 @@ def row_is_eligible(row: RecordRow | IndexEntry, *, valid_as_of: int, now_ms: in
         and row.trust_valid
         and is_valid_at(row.valid_from, row.valid_to, row.expires_at_ms, valid_as_of=valid_as_of, now_ms=now_ms)
     )
+
+
+def eligible_entries(
+    entries: Iterable[tuple[_Key, IndexEntry]], *, valid_as_of: int, now_ms: int
+) -> list[tuple[_Key, IndexEntry]]:
+    """The pairs whose entry :func:`row_is_eligible` accepts, in order.
+
+    The same rule written out inline for a ranker's batch of hits (hundreds per search), where a
+    call per hit is most of the cost; a test holds it equal to :func:`row_is_eligible`.
+    """
+    return [
+        (key, entry)
+        for key, entry in entries
+        if entry.state == "accepted_current"
+        and entry.trust_valid
+        and entry.valid_from <= valid_as_of
+        and (entry.valid_to is None or valid_as_of <= entry.valid_to)
+        and (entry.expires_at_ms is None or now_ms < entry.expires_at_ms)
+    ]

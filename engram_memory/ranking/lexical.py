@@ -27,8 +27,10 @@ document the term values are summed in term order as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from operator import itemgetter
+from typing import Any, Final, cast
 
 from engram_memory.ports import RankedHit, RankingQuery, StoreReader
 from engram_memory.ranking.bm25f import (
@@ -49,7 +51,7 @@ from engram_memory.ranking.bm25f import (
     recency,
     rrf_normalised,
 )
-from engram_memory.ranking.eligibility import row_is_eligible
+from engram_memory.ranking.eligibility import eligible_entries
 from engram_memory.ranking.tokenizer import TOKENIZER_VERSION, tokenize
 
 __all__ = ["PROFILE", "PROFILE_VERSION", "SCORING_FORMULA_REF", "LexicalRanker"]
@@ -60,6 +62,11 @@ SCORING_FORMULA_REF: Final = "graphify-memory:offline-lexical-recency:v1"
 _FIELD_NAMES: Final = ("primary", "decision", "evidence", "context", "citations")
 _BATCH: Final = 500
 """Hits resolved per batch (one ``index_entries`` call) while the lexical list fills."""
+_RECORD_ID: Final = itemgetter(0)
+_SCORE_THEN_RECENCY: Final = itemgetter(1, 2)
+_SCORE_THEN_ID: Final = itemgetter(0, 1)
+_new_hit: Final = cast("Callable[[tuple[str, float, float, float]], RankedHit]", partial(tuple.__new__, RankedHit))
+"""``RankedHit._make`` without its Python-level length check (one call per candidate)."""
 
 
 class LexicalRanker:
@@ -108,19 +115,14 @@ class LexicalRanker:
         lexical_list = _lexical_list(reader, _bm25f(reader, query), query)
         recencies: dict[int | None, float] = {}  # by valid_to: most hits share an open interval
         hits: list[RankedHit] = []
+        append, make = hits.append, _new_hit
         for (record_id, valid_to), lexical in zip(lexical_list, rrf_normalised(len(lexical_list)), strict=True):
             recency_value = recencies.get(valid_to)
             if recency_value is None:
                 recency_value = recencies[valid_to] = recency(valid_to, query.valid_as_of)
-            hits.append(
-                RankedHit(
-                    record_id=record_id,
-                    score=combined_score(lexical, recency_value),
-                    recency=recency_value,
-                    lexical=lexical,
-                )
-            )
-        hits.sort(key=lambda hit: (-hit.score, -hit.recency, hit.record_id))
+            append(make((record_id, combined_score(lexical, recency_value), recency_value, lexical)))
+        hits.sort(key=_RECORD_ID)  # then a stable sort: equal (score, recency) stay in record id order
+        hits.sort(key=_SCORE_THEN_RECENCY, reverse=True)
         return hits[:CANDIDATE_CAP]
 
 
@@ -216,12 +218,10 @@ def _eligible(
     reader: StoreReader, batch: list[str], scores: dict[str, float], query: RankingQuery
 ) -> list[tuple[str, int | None]]:
     """The eligible documents of one batch as (record id, valid_to), by score desc then record id asc."""
-    valid_as_of, now_ms = query.valid_as_of, query.now_ms
     entries = reader.index_entries(batch)
     chosen = [
         (-scores[doc], entry.record_id, entry.valid_to)
-        for doc in batch
-        if (entry := entries.get(doc)) is not None and row_is_eligible(entry, valid_as_of=valid_as_of, now_ms=now_ms)
+        for doc, entry in eligible_entries(entries.items(), valid_as_of=query.valid_as_of, now_ms=query.now_ms)
     ]
-    chosen.sort(key=lambda item: (item[0], item[1]))
+    chosen.sort(key=_SCORE_THEN_ID)  # (-score, record id): ids are unique, so valid_to never decides
     return [(record_id, valid_to) for _, record_id, valid_to in chosen]

@@ -102,6 +102,11 @@ def _document(
     )
 
 
+def _other_spellings(key: str) -> list[str]:
+    """Strings that are not ``key`` but that a lenient parser might read as the same key."""
+    return [f" {key}", f"{key} ", f"0{key}", f"+{key}", f"{key}.0", f'"{key}"', f"{key}\x00", key.upper() + "x"]
+
+
 def _resolved(reader: StoreReader, term: str) -> list[tuple[str, str, IndexEntry | None]]:
     """``term_postings(term)`` with each document key resolved: (record id, occurrence key, entry), by id.
 
@@ -581,7 +586,11 @@ class StoreConformance:
             assert set(held) == {"mem_a", "mem_b", "mem_c"}
 
     def test_index_entries_skip_unknown_keys_and_batch(self, store: Store) -> None:
-        """Unknown keys are absent, duplicates are harmless, and long lists (> 500) are served whole."""
+        """Unknown keys are absent, duplicates are harmless, and long lists (> 500) are served whole.
+
+        A key is the store's own string: another spelling of it (padded, signed, zero-led, quoted)
+        is unknown.
+        """
         with store.write(SCOPE_A) as unit:
             _index_with_rows(
                 unit, (_document(f"mem_{index:04d}", {"bulk": _freq(primary=1 + index % 3)}) for index in range(1_200))
@@ -589,7 +598,8 @@ class StoreConformance:
         with store.read(SCOPE_A) as reader:
             keys, occurrences = reader.term_postings("bulk")
             assert len(keys) == 1_200
-            unknown = ["", "mem_never", "99999999", "-1", "1e3", "not a key"]
+            unknown = ["", "mem_never", "99999999", "-1", "1e3", "not a key", "9" * 40, '"', "\\", "\u0661"]
+            unknown += [form for key in keys[:3] for form in _other_spellings(key)]
             entries = reader.index_entries([*unknown, *keys, keys[0]])
             assert set(entries) == set(keys)
             assert sorted(entry.record_id for entry in entries.values()) == [f"mem_{i:04d}" for i in range(1_200)]

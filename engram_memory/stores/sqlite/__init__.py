@@ -23,6 +23,7 @@ plaintext term of a forgotten record could otherwise outlive ``forget``.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import sqlite3
@@ -87,13 +88,16 @@ _RECORD_COLUMNS: Final = (
 )
 _LENGTHS: Final = "len_primary, len_decision, len_evidence, len_context, len_citations"
 _DOC_LENGTHS: Final = ", ".join(f"d.len_{f}" for f in FIELDS)
-_BATCH: Final = 500
-"""Keys per ``IN (...)`` query of the batched reader (index entries)."""
 _INDEX_ENTRIES: Final = (
-    "SELECT doc, record_id, state, trust_valid, valid_from, valid_to, expires_at_ms FROM records"
-    " WHERE doc IN ({marks}) AND doc IS NOT NULL AND scope_id = ?"
+    "SELECT CAST(doc AS TEXT), record_id, state, trust_valid, valid_from, valid_to, expires_at_ms FROM records"
+    " WHERE doc IN (SELECT CAST(value AS INTEGER) FROM json_each(?) WHERE CAST(CAST(value AS INTEGER) AS TEXT) = value)"
+    " AND doc IS NOT NULL AND scope_id = ?"
 )
-"""Hits to rows: ``records_by_document`` covers it (``doc IS NOT NULL`` lets the partial index serve)."""
+"""Hits to rows, the keys passed as one JSON array of strings (one prepared statement for any count).
+
+Only keys that are canonical decimals select a document, and each row comes back under its own
+key; ``records_by_document`` covers the lookup (``doc IS NOT NULL`` lets the partial index serve).
+"""
 _TOTALS: Final = "total_primary, total_decision, total_evidence, total_context, total_citations"
 _INDEX_STATS: Final = (
     f"INSERT INTO index_stats (scope_id, documents, {_TOTALS}) VALUES (?, 1, ?, ?, ?, ?, ?)"  # noqa: S608
@@ -172,16 +176,6 @@ def _record_values(row: RecordRow) -> tuple[Any, ...]:
         row.expires_at_ms,
         int(row.trust_valid),
     )
-
-
-def _chunks(values: Sequence[Any]) -> Iterator[Sequence[Any]]:
-    """``values`` in slices of at most ``_BATCH``, duplicates kept (``IN`` ignores them)."""
-    for start in range(0, len(values), _BATCH):
-        yield values[start : start + _BATCH]
-
-
-def _marks(count: int) -> str:
-    return ", ".join("?" * count)
 
 
 class _View:
@@ -379,18 +373,18 @@ class _View:
     def index_entries(self, documents: Sequence[str]) -> dict[str, IndexEntry]:
         """These document keys resolved to their record rows (other scopes' keys, or not numbers, are absent).
 
-        One lookup per key in ``records_by_document``, the partial index of indexed rows that
-        covers their eligibility inputs.
+        One statement whatever the count: one lookup per key in ``records_by_document``, the
+        partial index of indexed rows that covers their eligibility inputs.
         """
         sid = self._sid()
-        found: dict[str, IndexEntry] = {}
-        for chunk in _chunks(documents) if sid is not None else ():
-            wanted = {int(key): key for key in chunk if key.isascii() and key.isdigit()}
-            rows = self._all(_INDEX_ENTRIES.format(marks=_marks(len(wanted))), (*wanted, sid))
-            found |= {
-                wanted[doc]: IndexEntry(record_id, state, trust == 1, valid_from, valid_to, expires_at_ms)
-                for doc, record_id, state, trust, valid_from, valid_to, expires_at_ms in rows
-            }
+        numbers = [key for key in documents if key.isascii() and key.isdigit()]  # SQL checks the spelling
+        if sid is None or not numbers:
+            return {}
+        rows = self._all(_INDEX_ENTRIES, (json.dumps(numbers), sid))
+        found = {
+            key: IndexEntry(record_id, state, trust == 1, valid_from, valid_to, expires_at_ms)
+            for key, record_id, state, trust, valid_from, valid_to, expires_at_ms in rows
+        }
         if not {entry.state for entry in found.values()} <= _RECORD_STATES:
             raise StoreCorruptError(ErrorCode.JOURNAL_CORRUPT, "unknown record state in the store")
         return found
