@@ -1191,7 +1191,7 @@ def measure_paired(workdir: Path, small: int, large: int, backend: str, quick: b
     Each prepares its store (SQLite: a fresh copy of its base file) and runs the warm-up; then they
     take turns, ``PAIRED_BLOCK`` operations at a time, the first turn alternating between them, so
     a drift of the machine during the pass reaches both sizes alike. Returns the summaries by size
-    and figure.
+    and figure, and under ``"turns"`` the (figure, size, operations) of every turn in order.
     """
     kind, _, mode = backend.partition("-")
     copies: list[Path] = []
@@ -1216,13 +1216,18 @@ def measure_paired(workdir: Path, small: int, large: int, backend: str, quick: b
         for worker in workers.values():
             worker.reply()  # ready
         latencies: dict[int, dict[str, list[float]]] = {size: {} for size in workers}
+        turns: list[tuple[str, int, int]] = []
         for figure_name, method, count_name in PAIRED_OPS:
             total = _count(count_name, quick)
             for turn, done in enumerate(range(0, total, PAIRED_BLOCK)):
                 for size in (small, large) if turn % 2 == 0 else (large, small):
                     block = workers[size].ask(method, min(PAIRED_BLOCK, total - done))
                     latencies[size].setdefault(figure_name, []).extend(block)
-        return {str(size): {name: summary(values) for name, values in ops.items()} for size, ops in latencies.items()}
+                    turns.append((figure_name, size, len(block)))
+        figures: dict[str, Any] = {
+            str(size): {name: summary(values) for name, values in ops.items()} for size, ops in latencies.items()
+        }
+        return figures | {"turns": turns}
     finally:
         for worker in workers.values():
             worker.close()
