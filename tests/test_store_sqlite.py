@@ -1337,3 +1337,18 @@ def test_database_vault_and_key_files_are_owner_only(tmp_path: Path) -> None:
     service.close()
     for name in ("private.db", "private.db.vault", "private.db.key"):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name
+
+
+def test_a_sqlite_without_json_functions_is_refused_before_any_file_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Search resolves its hits with ``json_each``: without it the store does not open, and writes nothing."""
+    monkeypatch.setattr(sqlite_store, "_sqlite_has_json_each", lambda: False)
+    path = tmp_path / "store.db"
+    with pytest.raises(StoreUnavailableError, match="JSON functions"):
+        SQLiteStore(path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_this_sqlite_has_json_functions() -> None:
+    assert sqlite_store._sqlite_has_json_each()

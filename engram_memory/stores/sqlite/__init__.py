@@ -178,6 +178,18 @@ def _record_values(row: RecordRow) -> tuple[Any, ...]:
     )
 
 
+def _sqlite_has_json_each() -> bool:
+    """Whether the linked SQLite has the JSON functions (built in since 3.38; an option before)."""
+    probe = sqlite3.connect(":memory:")
+    try:
+        probe.execute("SELECT count(*) FROM json_each('[]')").fetchone()
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
 class _View:
     """A read view of one scope on one connection, inside one transaction (a WAL snapshot)."""
 
@@ -613,6 +625,8 @@ class SQLiteStore:
             raise ValueError("SQLiteStore needs a file path (use InMemoryStore for a transient store)")
         if sqlite3.sqlite_version_info < MIN_SQLITE:
             raise StoreUnavailableError("SQLiteStore needs SQLite 3.37 or newer (STRICT tables)")
+        if not _sqlite_has_json_each():
+            raise StoreUnavailableError("SQLiteStore needs SQLite's JSON functions (json_each)")
         self._synchronous: Synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
         self._pool: list[sqlite3.Connection] = []
