@@ -293,8 +293,11 @@ def test_batched_ranking_equals_the_plain_algorithm(backend: str, tmp_path: Path
         store.close()
 
 
-def test_the_bulk_eligibility_rule_is_the_single_rule() -> None:
-    """``eligible_entries`` keeps exactly the entries ``row_is_eligible`` accepts, boundaries included."""
+def test_the_eligibility_rule_at_its_boundaries() -> None:
+    """Readable iff current, trusted, ``valid_from <= at``, ``at <= valid_to`` and ``now < expires_at_ms``.
+
+    Every state and each boundary (one below, at, one above), for a batch and one row at a time.
+    """
     at, now = 1_000, 5_000
     entries = [
         (index, IndexEntry(f"mem_{index}", state, trust, valid_from, valid_to, expires))
@@ -307,7 +310,15 @@ def test_the_bulk_eligibility_rule_is_the_single_rule() -> None:
             for expires in (None, now - 1, now, now + 1)
         )
     ]
-    kept = eligible_entries(entries, valid_as_of=at, now_ms=now)
-    assert kept == [(key, entry) for key, entry in entries if row_is_eligible(entry, valid_as_of=at, now_ms=now)]
-    assert len(kept) == 2 * 3 * 2  # current and trusted; from at-1 or at; to None, at or at+1; expiry None or now+1
-    assert all(entry.valid_from <= at and entry.state == "accepted_current" for _, entry in kept)
+    expected = [
+        (key, entry)
+        for key, entry in entries
+        if entry.state == "accepted_current"
+        and entry.trust_valid
+        and entry.valid_from in (at - 1, at)
+        and entry.valid_to in (None, at, at + 1)
+        and entry.expires_at_ms in (None, now + 1)
+    ]
+    assert len(expected) == 2 * 3 * 2
+    assert eligible_entries(entries, valid_as_of=at, now_ms=now) == expected
+    assert [(key, entry) for key, entry in entries if row_is_eligible(entry, valid_as_of=at, now_ms=now)] == expected

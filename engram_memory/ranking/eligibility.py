@@ -9,7 +9,7 @@ retention has not expired (``expires_at_ms`` absent or ``now_ms < expires_at_ms`
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from engram_memory.ports import IndexEntry, Posting, RecordRow
 
@@ -36,29 +36,42 @@ def posting_is_eligible(posting: Posting, *, valid_as_of: int, now_ms: int) -> b
     )
 
 
-def row_is_eligible(row: RecordRow | IndexEntry, *, valid_as_of: int, now_ms: int) -> bool:
-    """Full eligibility of a record row (or of an index entry, which carries its row's inputs): state, trust, time."""
-    return (
-        row.state == "accepted_current"
-        and row.trust_valid
-        and is_valid_at(row.valid_from, row.valid_to, row.expires_at_ms, valid_as_of=valid_as_of, now_ms=now_ms)
-    )
+class _EligibilityInputs(Protocol):
+    """What the rule reads: a record row, or an index entry carrying its row's inputs."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def trust_valid(self) -> bool: ...
+    @property
+    def valid_from(self) -> int: ...
+    @property
+    def valid_to(self) -> int | None: ...
+    @property
+    def expires_at_ms(self) -> int | None: ...
 
 
-def eligible_entries(
-    entries: Iterable[tuple[_Key, IndexEntry]], *, valid_as_of: int, now_ms: int
-) -> list[tuple[_Key, IndexEntry]]:
-    """The pairs whose entry :func:`row_is_eligible` accepts, in order.
+_Row = TypeVar("_Row", bound=_EligibilityInputs)
 
-    The same rule written out inline for a ranker's batch of hits (hundreds per search), where a
-    call per hit is most of the cost; a test holds it equal to :func:`row_is_eligible`.
+
+def eligible_entries(entries: Iterable[tuple[_Key, _Row]], *, valid_as_of: int, now_ms: int) -> list[tuple[_Key, _Row]]:
+    """The (key, row) pairs whose row is readable at ``valid_as_of`` and ``now_ms``, in order.
+
+    The full rule (state, trust, valid time, retention) in one comprehension, so a ranker judges
+    a batch of hits (hundreds per search) without a call per hit; :func:`row_is_eligible` is the
+    same rule for one row.
     """
     return [
-        (key, entry)
-        for key, entry in entries
-        if entry.state == "accepted_current"
-        and entry.trust_valid
-        and entry.valid_from <= valid_as_of
-        and (entry.valid_to is None or valid_as_of <= entry.valid_to)
-        and (entry.expires_at_ms is None or now_ms < entry.expires_at_ms)
+        (key, row)
+        for key, row in entries
+        if row.state == "accepted_current"
+        and row.trust_valid
+        and row.valid_from <= valid_as_of
+        and (row.valid_to is None or valid_as_of <= row.valid_to)
+        and (row.expires_at_ms is None or now_ms < row.expires_at_ms)
     ]
+
+
+def row_is_eligible(row: RecordRow | IndexEntry, *, valid_as_of: int, now_ms: int) -> bool:
+    """Full eligibility of a record row (or of an index entry, which carries its row's inputs): state, trust, time."""
+    return bool(eligible_entries(((None, row),), valid_as_of=valid_as_of, now_ms=now_ms))

@@ -22,6 +22,7 @@ plaintext term of a forgotten record could otherwise outlive ``forget``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -178,6 +179,7 @@ def _record_values(row: RecordRow) -> tuple[Any, ...]:
     )
 
 
+@functools.cache
 def _sqlite_has_json_each() -> bool:
     """Whether the linked SQLite has the JSON functions (built in since 3.38; an option before)."""
     probe = sqlite3.connect(":memory:")
