@@ -283,8 +283,10 @@ class StoreReader(Protocol):
         """These indexed documents resolved to their record rows (see :class:`IndexEntry`).
 
         A key that is not an indexed document of this scope, or whose record has no row in this
-        scope, is absent; repeated keys are answered once. The ranker calls this once per batch of
-        hits, so a store answers it with one lookup per document, not one per key and table.
+        scope, is absent; repeated keys are answered once. Keys are compared as the store's own
+        strings (from :meth:`term_postings`): another spelling of a key (padded, zero-led, signed)
+        is unknown. The ranker calls this once per batch of hits, so a store answers it with one
+        lookup per document, not one per key and table.
         """
         ...
 
