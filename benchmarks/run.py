@@ -321,9 +321,9 @@ def _count(name: str, quick: bool) -> int:
 class WriteBench:
     """The five write operations on one service, run in blocks of any size.
 
-    State carries over between blocks: admissions accept the earliest pending captures, withdraws
-    take the pending captures after those, forgets take preloaded records from a fixed random
-    sample. The sequential pass runs each operation once with its full count
+    State carries over between blocks: admissions and withdraws each take the next pending
+    captures not yet decided (admissions run first, so they get the earliest), forgets take
+    preloaded records from a fixed random sample. The sequential pass runs each operation once with its full count
     (:func:`measure_writes`); the paired pass runs them in small blocks, alternating with a
     process at another size (:func:`measure_paired`).
     """
@@ -334,7 +334,7 @@ class WriteBench:
         self.service, self.corpus, self.binding = service, corpus, binding
         self.position = len(ids)  # new documents of tenant 0 follow the preloaded ones
         self.pending: list[tuple[str, str]] = []
-        self.admitted = 0
+        self.decided = 0  # pending captures already admitted or withdrawn, in capture order
         rng = random.Random(f"forget/{len(ids)}")
         self.forgettable = rng.sample(ids, min(_count("forget", quick), len(ids) // 2))
         self.forgotten: list[str] = []
@@ -388,23 +388,28 @@ class WriteBench:
     def admission(self, count: int) -> list[float]:
         """Accepting admissions of the next ``count`` pending captures."""
         latencies: list[float] = []
-        for candidate_id, key in self.pending[self.admitted : self.admitted + count]:
+        for candidate_id, key in self._undecided(count):
             started = time.perf_counter()
             envelope = self.admit(candidate_id, key)
             latencies.append(time.perf_counter() - started)
             if ok(envelope)["outcome"]["status"] != "accepted":
                 raise RuntimeError("admission did not accept")
-        self.admitted += count
         return latencies
 
-    def withdraw(self, count: int, first: int) -> list[float]:
-        """Withdraws of ``count`` pending captures from index ``first`` (after the admitted ones)."""
+    def withdraw(self, count: int) -> list[float]:
+        """Withdraws of the next ``count`` pending captures."""
         return [
             self.gated(
                 WITHDRAW, {"candidate_id": candidate_id, "idempotency_key": key + ":withdraw", "reason_ref": REASON}
             )
-            for candidate_id, key in self.pending[first : first + count]
+            for candidate_id, key in self._undecided(count)
         ]
+
+    def _undecided(self, count: int) -> list[tuple[str, str]]:
+        """The next ``count`` pending captures not yet admitted or withdrawn; they count as decided."""
+        batch = self.pending[self.decided : self.decided + count]
+        self.decided += len(batch)
+        return batch
 
     def cycle(self, count: int, bare: BareDurable | None = None, split: tuple[int, int] = (0, 0)) -> list[float]:
         """``count`` capture+admit cycles; with ``bare``, the bare durable transactions of each too."""
@@ -458,7 +463,7 @@ def measure_writes(
     results["capture"] = summary(bench.capture(_count("capture", quick), limit, sizes))
     results["limit_crypto_canonical"] = {**summary(limit), "payload_bytes": percentile(sizes, 50)}
     results["request_admission"] = summary(bench.admission(_count("admission", quick)))
-    results["withdraw"] = summary(bench.withdraw(_count("withdraw", quick), _count("admission", quick)))
+    results["withdraw"] = summary(bench.withdraw(_count("withdraw", quick)))
     split = (
         round(audit["capture"]["store_rows"] + audit["capture"]["vault_rows"]),
         round(audit["admission"]["store_rows"] + audit["admission"]["vault_rows"]),
@@ -628,18 +633,13 @@ def worker_paced(params: dict[str, Any]) -> dict[str, Any]:
     try:
         bench = WriteBench(service, corpus, binding_for(corpus.tenants[0]), ids, quick=quick)
         bench.warm_up(AUDIT_CYCLES)
-        withdrawn = _count("admission", quick)
         print(json.dumps({"ready": int(params["size"])}), flush=True)
         for line in sys.stdin:
             request = json.loads(line)
             op, count = request["op"], int(request.get("count", 0))
             if op == "done":
                 break
-            if op == "withdraw":
-                latencies = bench.withdraw(count, withdrawn)
-                withdrawn += count
-            else:
-                latencies = getattr(bench, op)(count)
+            latencies = getattr(bench, op)(count)
             print(json.dumps({"latencies": latencies}), flush=True)
     finally:
         service.close()
