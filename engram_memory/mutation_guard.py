@@ -207,9 +207,15 @@ class MutationGuard:
         key: str | None,
         intent: str | None,
         confirmation: Confirmation | None,
-        body: Callable[[UnitOfWork], dict[str, Any]],
+        body: Callable[[UnitOfWork, Callable[[], None]], dict[str, Any]],
     ) -> tuple[dict[str, Any], bool]:
         """Run ``body`` in one unit of work that also binds the key and consumes the confirmation.
+
+        ``body(unit, last_checks)`` does the mutation's writes. ``last_checks()`` runs the checks
+        that can still refuse the mutation inside its unit: the binding's deadline
+        (``DEADLINE_EXCEEDED``), then the confirmation's single use (``gate_failed``; consumed
+        here). A body calls it right before an irreversible step (a key destruction), so no
+        refusal ever follows one; otherwise it runs after the body. It runs once per attempt.
 
         Returns ``(value, replayed)``: if a concurrent writer bound the same key and intent first,
         its response is returned with nothing written.
@@ -220,10 +226,19 @@ class MutationGuard:
                 existing = self.check_replay(unit.idempotency(binding.principal, key), intent)
                 if existing is not None:
                     return existing, True
-            value = body(unit)
-            if binding.deadline is not None and self._clock.now() >= binding.deadline:
-                raise EngramError(ErrorCode.DEADLINE_EXCEEDED, detail="deadline passed before commit")
-            self.consume(unit, confirmation)
+            checked = False
+
+            def last_checks() -> None:
+                nonlocal checked
+                if checked:
+                    return
+                if binding.deadline is not None and self._clock.now() >= binding.deadline:
+                    raise EngramError(ErrorCode.DEADLINE_EXCEEDED, detail="deadline passed before commit")
+                self.consume(unit, confirmation)
+                checked = True
+
+            value = body(unit, last_checks)
+            last_checks()
             if key is not None and intent is not None:
                 row = IdempotencyRow(intent_digest=intent, response=canonical_bytes(value))
                 unit.put_idempotency(binding.principal, key, row)
@@ -246,22 +261,34 @@ class MutationGuard:
         )
 
     def destroy_keys(self, scope: str, key_refs: Sequence[str]) -> int:
+        """Best-effort :meth:`destroy_doomed`: a failure is logged and the keys stay doomed.
+
+        :meth:`engram_memory.MemoryAdmin.reap_keys` retries them. Returns how many keys were destroyed.
+        """
+        try:
+            self.destroy_doomed(scope, key_refs)
+        except EngramError:
+            _log.exception("key destruction deferred; MemoryAdmin.reap_keys will retry")
+            return 0
+        return len(key_refs)
+
+    def destroy_doomed(self, scope: str, key_refs: Sequence[str]) -> None:
         """Destroy committed-doomed keys in one vault call, then clear them in one unit of work.
 
-        Best effort: a failure is logged and the keys stay doomed for a later call
-        (:meth:`engram_memory.MemoryAdmin.reap_keys`). Returns how many keys were destroyed.
+        Raises:
+            EngramError: ``STORE_UNAVAILABLE`` (retriable) when the vault or the store fails; the
+                keys stay doomed (a vault may have destroyed some of them: destroying them again
+                is a no-op).
         """
         if not key_refs:
-            return 0
+            return
         try:
             self._vault.destroy(*key_refs)
             with self._store.write(scope) as unit:
                 for key_ref in key_refs:
                     unit.clear_doomed_key(key_ref)
-        except Exception:  # noqa: BLE001 - a vault failure must not undo a committed mutation
-            _log.exception("key destruction deferred; MemoryAdmin.reap_keys will retry")
-            return 0
-        return len(key_refs)
+        except Exception as exc:  # the vault is foreign code: any failure leaves the keys doomed
+            raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="doomed keys not destroyed") from exc
 
     def reap(self) -> int:
         """Destroy every scope's doomed keys (:meth:`destroy_keys` per scope); return how many."""

@@ -4,13 +4,17 @@ Each runs: idempotency lookup (a replay returns the original response) → confi
 lifecycle checks (refusals write nothing) → one unit of work that appends the journal event,
 updates state and indexes, binds the idempotency key and consumes the confirmation.
 
-Keys: withdraw and forget destroy theirs inside the unit, together with every key the scope has
-doomed so far; reject destroys the candidate key (and the doomed ones) right after commit. Accept
-dooms the candidate key in its unit (the candidate's envelope is deleted there; its content lives
-on in the record, sealed under the record's own key) and destroys doomed keys in batches of
-:data:`DESTROY_BATCH`, so a key outlives its accept only until the batch fills or the scope's next
-reject, withdraw or forget — whichever comes first — or ``MemoryAdmin.reap_keys`` or
-``MemoryService.close``.
+Keys: withdraw destroys its key inside the unit, together with every key the scope has doomed so
+far, after the last checks that could refuse it (deadline, confirmation), so no refusal follows a
+destruction. forget dooms the record's key in its unit and destroys it (and the scope's other
+doomed keys) right after commit, answering only once they are gone; a vault failure or a crash in
+between leaves the record erased from every index and unreadable, its key doomed (the answer is
+``MUTATION_OUTCOME_UNKNOWN``: a retry replays the forget once the key is destroyed). reject
+destroys the candidate key (and the doomed ones) right after commit. Accept dooms the candidate key
+in its unit (the candidate's envelope is deleted there; its content lives on in the record, sealed
+under the record's own key) and destroys doomed keys in batches of :data:`DESTROY_BATCH`, so a key
+outlives its accept only until the batch fills or the scope's next reject, withdraw or forget —
+whichever comes first — or ``MemoryAdmin.reap_keys`` or ``MemoryService.close``.
 Idempotency keys are scoped to (scope, principal) across the four tools; the stored intent is the
 digest of (tool, canonical arguments).
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
@@ -168,7 +173,7 @@ class WritePath:
             payload_digest=payload_digest,
         )
 
-        def work(unit: UnitOfWork) -> dict[str, Any]:
+        def work(unit: UnitOfWork, _last_checks: Callable[[], None]) -> dict[str, Any]:
             if unit.candidate(candidate_id) is not None:
                 raise EngramError(ErrorCode.DIGEST_CONFLICT, detail="candidate identity exists")
             cursor = format_cursor(unit.high_water() + 1)
@@ -269,7 +274,7 @@ class WritePath:
             decide=None,
         )
 
-    def decide_candidate(  # noqa: C901 - the admission sequence reads top to bottom
+    def decide_candidate(  # noqa: C901, PLR0915 - the admission sequence reads top to bottom
         self,
         *,
         binding: HostBinding,
@@ -314,31 +319,23 @@ class WritePath:
         decision, decision_digest = self._decision(
             binding=binding, row=row, record=record, opened=opened, now=now, forced=decide
         )
-        if decision == "accept" and forgotten and decide is None:
+        guarded = decide is None  # a host adjudication may accept forgotten content; a policy decision may not
+        if decision == "accept" and forgotten and guarded:
             decision = "adjudication_required"
         if decision == "adjudication_required":
-            cursor = format_cursor(row.created_cursor)
-            pending = {"candidate_id": candidate_id, "cursor": cursor, "decision_receipt_digest": decision_digest}
-            return RequestAdmissionResult(
-                outcome=AdmissionOutcome(
-                    status="pending_adjudication",
-                    candidate_id=candidate_id,
-                    cursor=cursor,
-                    decision_receipt_digest=decision_digest,
-                    transaction_receipt_digest=digest(Domain.ADMISSION_PENDING, pending),
-                ),
-                replayed=False,
-            )
+            return _pending_adjudication(candidate_id, row.created_cursor, decision_digest)
         committed_at = format_instant(now)
         authorization = self._guard.authorization(ADMISSION, binding, candidate_id, now)
         accept = decision == "accept"
         doomed: list[str] = []
 
-        def work(unit: UnitOfWork) -> dict[str, Any]:
+        def work(unit: UnitOfWork, _last_checks: Callable[[], None]) -> dict[str, Any]:
             doomed.clear()
             current = check_admissible(unit.candidate(candidate_id))
             if current.state == "admitted":  # another request admitted it meanwhile
                 return duplicate_value(current)
+            if accept and guarded and unit.is_tombstoned_payload(payload_digest):
+                raise _ForgottenMeanwhileError  # a forget of the same content committed while the policy decided
             event, body = build_event(
                 unit,
                 recorded_at=committed_at,
@@ -388,7 +385,10 @@ class WritePath:
                 doomed.extend(unit.doomed_keys())
             return RequestAdmissionResult(outcome=outcome, replayed=False).to_json()
 
-        value, replayed = self._guard.commit_mutation(binding, key, intent, confirmation, work)
+        try:
+            value, replayed = self._guard.commit_mutation(binding, key, intent, confirmation, work)
+        except _ForgottenMeanwhileError:
+            return _pending_adjudication(candidate_id, row.created_cursor, decision_digest)
         if replayed:
             return from_json(RequestAdmissionResult, {**value, "replayed": True})
         if doomed and (not accept or len(doomed) >= DESTROY_BATCH):
@@ -399,7 +399,7 @@ class WritePath:
         self, binding: HostBinding, row: CandidateRow, key: str | None, intent: str | None
     ) -> RequestAdmissionResult:
         value = duplicate_value(row)
-        committed, replayed = self._guard.commit_mutation(binding, key, intent, None, lambda _unit: value)
+        committed, replayed = self._guard.commit_mutation(binding, key, intent, None, lambda _unit, _last_checks: value)
         return from_json(RequestAdmissionResult, {**committed, "replayed": replayed})
 
     def _open_candidate(self, scope: str, row: CandidateRow) -> dict[str, Any]:
@@ -476,7 +476,7 @@ class WritePath:
         at = format_instant(now)
         authorization = self._guard.authorization(WITHDRAW, binding, args.candidate_id, now)
 
-        def work(unit: UnitOfWork) -> dict[str, Any]:
+        def work(unit: UnitOfWork, last_checks: Callable[[], None]) -> dict[str, Any]:
             current = check_withdrawable(unit.candidate(args.candidate_id))
             event, body = build_event(
                 unit,
@@ -500,6 +500,7 @@ class WritePath:
                     policy_version=current.policy_version,
                 )
             )
+            last_checks()  # a refusal must come before the key is gone, never after
             destruction = self._destroy_in_unit(unit, current.sealed)
             return WithdrawResult(
                 receipt=self._receipt(
@@ -518,28 +519,13 @@ class WritePath:
         value, replayed = self._guard.commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
         return from_json(WithdrawResult, {**value, "replayed": True} if replayed else value)
 
-    def _destroy_or_abort(self, unit: UnitOfWork, sealed: SealedEnvelope | None) -> None:
-        """Destroy a forgotten record's body key (and the doomed keys) in the unit; on failure nothing commits.
-
-        forget answers only once the key is gone: a vault failure aborts the unit with
-        ``STORE_UNAVAILABLE`` (retriable) and the record stays as it was. Should the commit fail
-        after the key is destroyed, the record is unreadable (``BLOB_MISSING``) until a retry of
-        the same forget completes it.
-        """
-        if sealed is None:
-            return
-        try:
-            self._guard.destroy_in_unit(unit, sealed.key_ref)
-        except Exception as exc:
-            raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="key vault could not destroy the key") from exc
-
     def _destroy_in_unit(self, unit: UnitOfWork, sealed: SealedEnvelope | None) -> Literal["pending", "complete"]:
         """Destroy a withdrawn candidate's key before the unit commits, so the answer can say so.
 
         ``"complete"`` only when the vault destroyed it synchronously; a vault failure leaves the
         key doomed (``MemoryAdmin.reap_keys`` retries) and the answer ``"pending"``. Should the
-        commit then fail, the candidate stays pending without a key: a retry of the same withdraw
-        completes it.
+        commit then fail (a crash, an I/O error), the candidate stays pending without a key: a retry
+        of the same withdraw completes it.
         """
         if sealed is None:
             return "complete"
@@ -584,12 +570,15 @@ class WritePath:
         now = self._guard.now(binding)
         replay, confirmation = self._guard.replay_or_gate(FORGET, args, binding, now)
         if replay is not None:
+            self._finish_erasure(binding.scope)
             return from_json(ForgetResult, {**replay, "replayed": True})
         intent = self._guard.intent(FORGET, args)
         at = format_instant(now)
         authorization = self._guard.authorization(FORGET, binding, args.record_id, now)
+        doomed: list[str] = []
 
-        def work(unit: UnitOfWork) -> dict[str, Any]:
+        def work(unit: UnitOfWork, _last_checks: Callable[[], None]) -> dict[str, Any]:
+            doomed.clear()
             current = check_forgettable(unit.record(args.record_id))
             event, body = build_event(
                 unit,
@@ -620,7 +609,9 @@ class WritePath:
                     trust_valid=current.trust_valid,
                 )
             )
-            self._destroy_or_abort(unit, current.sealed)
+            if current.sealed is not None:
+                unit.doom_key(current.sealed.key_ref)
+            doomed.extend(unit.doomed_keys())
             coverage = digest(
                 Domain.COVERAGE,
                 {"record_id": current.record_id, "indexes": ["lexical"], "cursor": body["cursor"]},
@@ -641,4 +632,49 @@ class WritePath:
             ).to_json()
 
         value, replayed = self._guard.commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
-        return from_json(ForgetResult, {**value, "replayed": True} if replayed else value)
+        if replayed:
+            self._finish_erasure(binding.scope)
+            return from_json(ForgetResult, {**value, "replayed": True})
+        self._finish_erasure(binding.scope, doomed)
+        return from_json(ForgetResult, value)
+
+    def _finish_erasure(self, scope: str, doomed: Sequence[str] | None = None) -> None:
+        """Destroy the keys a committed forget doomed (default: every key the scope has doomed).
+
+        A forget, fresh or replayed, answers only once they are gone.
+
+        Raises:
+            EngramError: ``MUTATION_OUTCOME_UNKNOWN`` (retriable) while the vault cannot destroy
+                them: the forget has committed (the record is erased from the index and
+                unreadable) but its key is not gone yet; a retry with the same key and arguments
+                replays it once the key is destroyed.
+        """
+        if doomed is None:
+            with self._guard.read(scope) as reader:
+                doomed = reader.doomed_keys()
+        try:
+            self._guard.destroy_doomed(scope, doomed)
+        except EngramError as exc:
+            raise EngramError(
+                ErrorCode.MUTATION_OUTCOME_UNKNOWN, detail="forget committed; its key is not destroyed yet"
+            ) from exc
+
+
+class _ForgottenMeanwhileError(Exception):
+    """The content to accept was forgotten after the admission's snapshot: the decision must not stand."""
+
+
+def _pending_adjudication(candidate_id: str, created_cursor: int, decision_digest: str) -> RequestAdmissionResult:
+    """The ``pending_adjudication`` outcome (nothing is written: the candidate stays pending)."""
+    cursor = format_cursor(created_cursor)
+    pending = {"candidate_id": candidate_id, "cursor": cursor, "decision_receipt_digest": decision_digest}
+    return RequestAdmissionResult(
+        outcome=AdmissionOutcome(
+            status="pending_adjudication",
+            candidate_id=candidate_id,
+            cursor=cursor,
+            decision_receipt_digest=decision_digest,
+            transaction_receipt_digest=digest(Domain.ADMISSION_PENDING, pending),
+        ),
+        replayed=False,
+    )

@@ -132,7 +132,7 @@ class _ScopeModel:
     """accepted candidates whose key still waits for its batch (DESTROY_BATCH)"""
 
     def keys_destroyed(self) -> None:
-        """A reject, withdraw or forget destroyed every doomed key of the scope."""
+        """A reject, withdraw or forget (or a replayed forget) destroyed every doomed key of the scope."""
         self.doomed = 0
 
 
@@ -187,6 +187,8 @@ def service_machine(make_backend: Callable[[], ServiceFactory]) -> type[RuleBase
                 return False
             if _intent(bound.tool, bound.arguments) == _intent(tool, arguments):
                 assert canonical_bytes(ok(envelope)) == _replayed(bound), envelope
+                if tool == FORGET:  # a replayed forget answers once no key waits in the scope
+                    self.model[scope].keys_destroyed()
             else:
                 fail(envelope, ErrorCode.DIGEST_CONFLICT, retriable=False)
             return True
@@ -366,6 +368,8 @@ def service_machine(make_backend: Callable[[], ServiceFactory]) -> type[RuleBase
             envelope = self.call(scope, principal, bound.tool, bound.arguments)
             assert canonical_bytes(ok(envelope)) == _replayed(bound), envelope
             assert self.model[scope].high_water == before
+            if bound.tool == FORGET:  # a replayed forget answers once no key waits in the scope
+                self.model[scope].keys_destroyed()
 
         @precondition(lambda self: bool(self.calls))
         @rule(pick=st.integers(0, 10_000), shift=st.integers(1, len(VERDICTS) - 1))
