@@ -168,7 +168,7 @@ class ReadPath:
             Domain.RECALL_REDACTION,
             {
                 "record_id": record["record_id"],
-                "record_digest": record["record_digest"],
+                "source_record_digest": record["record_digest"],  # the reference's member name
                 "policy_version": self._policy.policy_version,
                 "redacted_fields": removed,
             },
@@ -341,6 +341,8 @@ class ReadPath:
                 "response_digest": _PLACEHOLDER_DIGEST,
             }
             room = TRANSPORT_CAP - (len(canonical_bytes(skeleton)) - len(b"[]"))
+            del skeleton["next_page_cursor"]  # the page that ends the ordering issues no cursor
+            room_last = TRANSPORT_CAP - (len(canonical_bytes(skeleton)) - len(b"[]"))
             packets, packet_bytes = self._materialise(
                 reader,
                 binding.scope,
@@ -349,6 +351,7 @@ class ReadPath:
                 first_rank=offset + 1,
                 max_packet_bytes=args.max_packet_bytes,
                 room=room,
+                room_last=room_last if offset + args.limit >= len(hits) else room,
                 valid_as_of=valid_as_of,
                 now_ms=now_ms,
             )
@@ -390,12 +393,16 @@ class ReadPath:
         first_rank: int,
         max_packet_bytes: int,
         room: int,
+        room_last: int,
         valid_as_of: int,
         now_ms: int,
     ) -> tuple[list[RecordPacket], list[bytes]]:
         """Open, re-check, redact and budget the records of one page, in rank order.
 
-        Returns the packets and the canonical bytes of each packet's JSON value.
+        ``room`` is what the transport cap leaves for the ``records`` array when a cursor follows;
+        ``room_last`` bounds the page's last record instead (the caller passes ``room`` unless
+        that record ends the ordering, when no cursor is issued). Returns the packets and the
+        canonical bytes of each packet's JSON value.
         """
         packets: list[RecordPacket] = []
         encoded: list[bytes] = []
@@ -415,7 +422,7 @@ class ReadPath:
             )
             packet_bytes = _packet_bytes(packet, redacted_bytes)
             size = len(packet_bytes) + (1 if packets else 0)
-            if used + size > min(max_packet_bytes, room):
+            if used + size > min(max_packet_bytes, room_last if index == len(page) - 1 else room):
                 if packets:
                     break
                 if used + size > max_packet_bytes:

@@ -16,7 +16,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from engram_memory import DefaultPolicy, ErrorCode, HostBinding, ManualClock, MemoryAdmin, MemoryService
+from engram_memory import ALL_TOOLS, DefaultPolicy, ErrorCode, HostBinding, ManualClock, MemoryAdmin, MemoryService
 from engram_memory.canonical import Domain, digest, epoch_ms, receipt_digest, record_id_from_digest
 from engram_memory.context import Confirmation
 from engram_memory.keyvaults.memory import InMemoryKeyVault
@@ -134,6 +134,7 @@ def make_binding(
         agent_id="agent-1",
         session="session-1",
         purpose_ref=purpose_ref,
+        tools=ALL_TOOLS,
         deadline=deadline,
     )
 
@@ -292,7 +293,7 @@ def check_search_digests(value: dict[str, Any], *, policy_version: str = "1") ->
             Domain.RECALL_REDACTION,
             {
                 "record_id": record["record_id"],
-                "record_digest": _record_digest_of(record),
+                "source_record_digest": _record_digest_of(record),
                 "policy_version": policy_version,
                 "redacted_fields": packet["redacted_fields"],
             },
@@ -316,7 +317,7 @@ def check_get_digests(value: dict[str, Any], *, policy_version: str = "1") -> No
         Domain.RECALL_REDACTION,
         {
             "record_id": record["record_id"],
-            "record_digest": receipt["record_digest"],
+            "source_record_digest": receipt["record_digest"],
             "policy_version": policy_version,
             "redacted_fields": value["redacted_fields"],
         },

@@ -17,7 +17,7 @@ from engram_memory.canonical import Domain, canonical_bytes, digest, format_inst
 from engram_memory.errors import EngramError, KeyUnavailableError, StoreCorruptError, StoreUnavailableError
 from engram_memory.ports import RankedHit, RankingQuery, SealedEnvelope, StoreReader
 from engram_memory.ranking.lexical import LexicalRanker
-from engram_memory.read_path import PageCursor, PageCursorCodec, redact_record
+from engram_memory.read_path import TRANSPORT_CAP, PageCursor, PageCursorCodec, redact_record
 from engram_memory.records import record_context
 from engram_memory.stores.memory import InMemoryStore
 from tests.read_fixtures import (
@@ -404,7 +404,7 @@ def test_every_search_digest_recomputes_from_the_value(small: ReadHarness) -> No
             Domain.RECALL_REDACTION,
             {
                 "record_id": packet["record"]["record_id"],
-                "record_digest": packet["record"]["record_digest"],
+                "source_record_digest": packet["record"]["record_digest"],
                 "policy_version": "1",
                 "redacted_fields": [],
             },
@@ -805,3 +805,22 @@ def test_store_failures_are_reported_never_empty() -> None:
         harness.use(harness.policy)
         fail(harness.search(binding, "orbit"), code)
         fail(harness.get(binding, UNKNOWN_ID), code)
+
+
+def test_a_last_page_is_bounded_by_the_transport_cap_without_a_cursor() -> None:
+    """The page that ends the ordering issues no cursor, so it may use the bytes a cursor would take."""
+
+    def search_value(last: int) -> dict[str, Any]:
+        harness = ReadHarness()
+        binding = make_binding()
+        texts = ("w" * 65_000,) * 16 + ("w" * last,)
+        harness.admit(binding, DocSpec(key="big-doc-1", primary="mammoth", context=texts))
+        return harness.search(binding, "mammoth", max_packet_bytes=TRANSPORT_CAP)
+
+    probe = ok(search_value(1000))
+    assert "next_page_cursor" not in probe
+    exact = 1000 + TRANSPORT_CAP - len(canonical_bytes(probe))  # the value then has exactly the cap's size
+    served = ok(search_value(exact))
+    assert len(canonical_bytes(served)) == TRANSPORT_CAP
+    assert "next_page_cursor" not in served
+    fail(search_value(exact + 1), ErrorCode.RESULT_TOO_LARGE)
