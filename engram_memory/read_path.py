@@ -59,6 +59,8 @@ from engram_memory.errors import (
     ErrorCode,
     KeyUnavailableError,
     SealIntegrityError,
+    StoreCorruptError,
+    StoreUnavailableError,
 )
 from engram_memory.page_cursor import PageCursor, PageCursorCodec
 from engram_memory.ports import (
@@ -226,6 +228,19 @@ class ReadPath:
                 continue
         raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="records kept being erased during the search")
 
+    def _rank(self, reader: StoreReader, query: RankingQuery) -> list[RankedHit]:
+        """The ranker's hits; a failure of the ranker itself is ``RANKING_UNAVAILABLE`` (retriable).
+
+        Store failures met while ranking keep their own codes (the read view maps them), and so
+        do memory errors the ranker raises.
+        """
+        try:
+            return self._ranker.rank(reader, query)
+        except (EngramError, StoreUnavailableError, StoreCorruptError, _ConcurrentErasureError):
+            raise
+        except Exception as exc:  # the ranker is host code (a remote semantic channel may be down)
+            raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail=f"ranker failed: {type(exc).__name__}") from exc
+
     def _binding_digest(self, binding: HostBinding, args: SearchArgs, config_digest: str) -> str:
         return digest(
             Domain.PAGE_CURSOR,
@@ -264,7 +279,7 @@ class ReadPath:
                 valid_as_of, system_as_of, offset = pinned.valid_as_of, pinned.system_as_of, pinned.offset
                 if system_as_of > high_water:
                     raise _stale("pinned system cursor is above the high water")
-            hits = self._ranker.rank(reader, RankingQuery(terms=terms, valid_as_of=valid_as_of, now_ms=now_ms))
+            hits = self._rank(reader, RankingQuery(terms=terms, valid_as_of=valid_as_of, now_ms=now_ms))
             ordering = None if pinned is None else _ordering_digest(hits)  # a first page may need none
             if pinned is not None and (ordering != pinned.ordering_digest or offset >= len(hits)):
                 raise _stale("the ordering at the pinned instants changed")

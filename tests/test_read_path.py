@@ -824,3 +824,32 @@ def test_a_last_page_is_bounded_by_the_transport_cap_without_a_cursor() -> None:
     assert len(canonical_bytes(served)) == TRANSPORT_CAP
     assert "next_page_cursor" not in served
     fail(search_value(exact + 1), ErrorCode.RESULT_TOO_LARGE)
+
+
+class _FailingRanker(LexicalRanker):
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def rank(self, reader: StoreReader, query: RankingQuery) -> list[RankedHit]:
+        raise self.error
+
+
+def test_a_failing_ranker_is_ranking_unavailable_and_store_failures_keep_their_code() -> None:
+    binding = make_binding()
+    for error, code in (
+        (ConnectionError("semantic channel down"), ErrorCode.RANKING_UNAVAILABLE),
+        (StoreUnavailableError("locked"), ErrorCode.STORE_UNAVAILABLE),
+        (StoreCorruptError(ErrorCode.JOURNAL_CORRUPT, "bad row"), ErrorCode.JOURNAL_CORRUPT),
+    ):
+        harness = ReadHarness()
+        harness.admit(binding, DocSpec(key="ranker-failure-1", primary="orbit"))
+        harness.service = MemoryService(
+            store=harness.store,
+            vault=harness.vault,
+            policy=harness.policy,
+            clock=harness.clock,
+            ranker=_FailingRanker(error),
+        )
+        envelope = harness.search(binding, "orbit")
+        fail(envelope, code)
+        assert envelope["error"]["retriable"] is (code is not ErrorCode.JOURNAL_CORRUPT)
