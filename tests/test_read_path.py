@@ -853,3 +853,24 @@ def test_a_failing_ranker_is_ranking_unavailable_and_store_failures_keep_their_c
         envelope = harness.search(binding, "orbit")
         fail(envelope, code)
         assert envelope["error"]["retriable"] is (code is not ErrorCode.JOURNAL_CORRUPT)
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("expires_at_ms", None), ("valid_to", None), ("valid_from", T0_MS - 40 * DAY_MS)],
+)
+def test_a_row_whose_times_disagree_with_its_sealed_body_is_never_served(column: str, value: int | None) -> None:
+    harness = ReadHarness()
+    binding = make_binding()
+    expires = format_instant(START + timedelta(days=1))
+    spec = DocSpec(key="tampered-times-1", primary="quasar", t_end=T0_MS + DAY_MS, expires_at=expires)
+    record_id = harness.admit(binding, spec)
+    assert ok(harness.get(binding, record_id))["record"]["record_id"] == record_id
+    with harness.store.read(binding.scope) as reader:
+        row = reader.record(record_id)
+    assert row is not None
+    with harness.store.write(binding.scope) as unit:  # an edit of the row alone, as on disk
+        unit.put_record(attrs.evolve(row, **{column: value}))
+
+    fail(harness.get(binding, record_id), ErrorCode.JOURNAL_CORRUPT)
+    fail(harness.search(binding, "quasar"), ErrorCode.JOURNAL_CORRUPT)
