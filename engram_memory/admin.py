@@ -32,6 +32,7 @@ class MemoryAdmin:
             agent_id=_MAINTENANCE,
             session=_MAINTENANCE,
             purpose_ref=_MAINTENANCE,
+            tools=frozenset(),  # maintenance is never one of the agent's tools
         )
 
     def adjudicate(

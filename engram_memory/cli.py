@@ -20,7 +20,7 @@ import attrs
 from engram_memory.admin import MemoryAdmin
 from engram_memory.clock import ManualClock
 from engram_memory.connect import connect
-from engram_memory.context import Confirmation, HostBinding
+from engram_memory.context import ALL_TOOLS, Confirmation, HostBinding
 from engram_memory.errors import EngramError, PortError, ProtocolError
 from engram_memory.policy import DefaultPolicy
 from engram_memory.service import MemoryService
@@ -100,6 +100,7 @@ def run_demo(db: Path, say: Say) -> int:  # noqa: PLR0915 - a linear narrated sc
         agent_id="agent-1",
         session="s1",
         purpose_ref="engineering-decisions",
+        tools=ALL_TOOLS,
     )
     globex = attrs.evolve(acme, tenant_id="globex", principal="bob")
     say(f"engram-memory demo on {db.name} (two tenants: acme, globex)")
@@ -229,6 +230,7 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
         agent_id=options.agent,
         session="stdio",
         purpose_ref=options.purpose,
+        tools=ALL_TOOLS,
     )
     try:
         anyio.run(serve_stdio, service, binding)

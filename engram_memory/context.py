@@ -63,9 +63,11 @@ class Confirmation:
 class HostBinding:
     """Everything the host owns about one tool call.
 
-    ``tools`` are the tools this binding grants (the Policy may narrow them further). ``deadline``
-    is an aware datetime after which the call fails with ``DEADLINE_EXCEEDED``. An empty tenant,
-    workspace, principal or purpose makes every call a protocol error (-32603).
+    ``tools`` are the tools this binding grants, named explicitly: there is no default, and a
+    tool left out is absent (``-32602``). Pass :data:`ALL_TOOLS` to grant all six; the Policy may
+    narrow them further. ``deadline`` is an aware datetime after which the call fails with
+    ``DEADLINE_EXCEEDED``. An empty tenant, workspace, principal, agent id, session or purpose
+    makes every call a protocol error (-32603).
     """
 
     tenant_id: str
@@ -74,7 +76,7 @@ class HostBinding:
     agent_id: str
     session: str
     purpose_ref: str
-    tools: frozenset[str] = attrs.field(default=ALL_TOOLS, converter=_tool_set)
+    tools: frozenset[str] = attrs.field(converter=_tool_set)
     audit_id: str | None = None
     deadline: datetime | None = attrs.field(default=None, validator=attrs.validators.optional(_aware))
     confirmation: Confirmation | None = None

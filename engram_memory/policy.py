@@ -42,7 +42,8 @@ class DefaultPolicy:
         family_refs: reconciliation families the host consents to.
         redaction: top-level JSON pointers a reader may see (``None``: the whole record);
             ``/record_id`` is always kept.
-        tools: the tools this policy grants (all six by default).
+        tools: the tools this policy grants (all six by default: the policy only narrows what
+            each ``HostBinding.tools`` grants explicitly, so this default opens nothing).
         trust: the trust class assigned to captures.
         policy_id: an opaque ref naming the policy.
         policy_version: bump it to make decisions on older candidates ``POLICY_STALE``.

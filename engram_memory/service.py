@@ -50,6 +50,8 @@ ADMISSION: Final = "engram_memory_request_admission"
 WITHDRAW: Final = "engram_memory_withdraw"
 FORGET: Final = "engram_memory_forget"
 _MUTATIONS: Final = frozenset({CAPTURE, ADMISSION, WITHDRAW, FORGET})
+_BOUND_FIELDS: Final = ("tenant_id", "workspace_id", "principal", "agent_id", "session", "purpose_ref")
+"""The host-bound fields every call needs (non-empty strings), else -32603."""
 
 
 def _default_audit_id() -> str:
@@ -118,13 +120,23 @@ class MemoryService:
         """The tools both the binding and the policy grant."""
         return binding.tools & self.policy.granted_tools(binding) & frozenset(TOOL_NAMES)
 
-    def _guard(self, tool: str, binding: HostBinding) -> None:
-        if tool not in ARGS_BY_TOOL or tool not in self.granted_tools(binding):
-            raise ProtocolError.unknown_tool("tool unknown or not granted")
-        for name in ("tenant_id", "workspace_id", "principal", "purpose_ref"):
+    @staticmethod
+    def _check_context(binding: object) -> None:
+        """-32603 unless ``binding`` is a :class:`HostBinding` with every host-bound field set."""
+        if not isinstance(binding, HostBinding):
+            raise ProtocolError.untrusted_context(f"no host binding: {type(binding).__name__}")
+        for name in _BOUND_FIELDS:
             value = getattr(binding, name)
             if not isinstance(value, str) or not value:
                 raise ProtocolError.untrusted_context(f"host binding lacks {name}")
+
+    def _check_grant(self, tool: str, binding: HostBinding) -> None:
+        if tool not in ARGS_BY_TOOL or tool not in self.granted_tools(binding):
+            raise ProtocolError.unknown_tool("tool unknown or not granted")
+
+    def _guard(self, tool: str, binding: HostBinding) -> None:
+        self._check_context(binding)
+        self._check_grant(tool, binding)
 
     @staticmethod
     def _check_purpose(args: ToolArgs, binding: HostBinding) -> None:
@@ -175,9 +187,14 @@ class MemoryService:
     # ------------------------------------------------------------------ JSON contract
 
     def list_tools(self, binding: HostBinding) -> list[dict[str, Any]]:
-        """MCP descriptors of the tools this binding is granted, in contract order."""
+        """MCP descriptors of the tools this binding is granted, in contract order.
+
+        Raises:
+            ProtocolError: -32603 when the host context is missing (as for :meth:`call_tool`).
+        """
         from engram_memory.wire.descriptors import tool_descriptors  # noqa: PLC0415 - light import
 
+        self._check_context(binding)
         granted = self.granted_tools(binding)
         return tool_descriptors(name for name in TOOL_NAMES if name in granted)
 
@@ -185,9 +202,11 @@ class MemoryService:
         """The digest a host shows a human before confirming a mutation.
 
         Raises:
-            ProtocolError: -32602 for an unknown tool or one that is not a mutation.
+            ProtocolError: -32603 when the host context is missing; -32602 for an unknown tool or
+                one that is not a mutation.
             EngramError: ``INVALID_SCHEMA`` / ``INVALID_DIGEST`` for invalid arguments.
         """
+        self._check_context(binding)
         if name not in _MUTATIONS:
             raise ProtocolError.unknown_tool("not a mutating tool")
         args = parse_args(ARGS_BY_TOOL[name], arguments)
@@ -197,13 +216,14 @@ class MemoryService:
         """Run one tool call from JSON arguments and return the contract envelope.
 
         Raises:
-            ProtocolError: -32602 (unknown or ungranted tool) or -32603 (host context missing or
-                mismatched, purpose mismatch, confirmation reference missing). Every other outcome
-                is an envelope.
+            ProtocolError: -32603 (host context missing or mismatched, including a ``binding``
+                that is not a :class:`HostBinding`; purpose mismatch; confirmation reference
+                missing) or -32602 (unknown or ungranted tool). Every other outcome is an envelope.
         """
+        self._check_context(binding)
         audit_id = binding.audit_id or self._audit_ids()
         try:
-            self._guard(name, binding)
+            self._check_grant(name, binding)
             args = parse_args(ARGS_BY_TOOL[name], arguments)
             self._check_purpose(args, binding)
             result = self._dispatch(name, binding, args)

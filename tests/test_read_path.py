@@ -870,7 +870,8 @@ def test_a_row_whose_times_disagree_with_its_sealed_body_is_never_served(column:
         row = reader.record(record_id)
     assert row is not None
     with harness.store.write(binding.scope) as unit:  # an edit of the row alone, as on disk
-        unit.put_record(attrs.evolve(row, **{column: value}))
+        changes: dict[str, Any] = {column: value}
+        unit.put_record(attrs.evolve(row, **changes))
 
     fail(harness.get(binding, record_id), ErrorCode.JOURNAL_CORRUPT)
     fail(harness.search(binding, "quasar"), ErrorCode.JOURNAL_CORRUPT)

@@ -19,7 +19,16 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, settings
 
-from engram_memory import Confirmation, DefaultPolicy, HostBinding, ManualClock, MemoryAdmin, MemoryService, connect
+from engram_memory import (
+    ALL_TOOLS,
+    Confirmation,
+    DefaultPolicy,
+    HostBinding,
+    ManualClock,
+    MemoryAdmin,
+    MemoryService,
+    connect,
+)
 from engram_memory.canonical import canonical_bytes
 from engram_memory.errors import (
     EngramError,
@@ -1160,6 +1169,7 @@ def test_a_memory_service_runs_on_sqlite_and_survives_a_restart(tmp_path: Path) 
         agent_id="agent-1",
         session="session-1",
         purpose_ref="purpose:test",
+        tools=ALL_TOOLS,
     )
     service = _service(tmp_path, clock)
     try:

@@ -8,14 +8,18 @@ count is over it.
 from __future__ import annotations
 
 import copy
+import json
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
+import attrs
 import pytest
 
 from engram_memory.canonical import canonical_bytes
 from engram_memory.errors import EngramError, ErrorCode
-from engram_memory.wire import ARGS_BY_TOOL, CaptureArgs, SearchArgs, parse_args, parse_json
+from engram_memory.wire import ARGS_BY_TOOL, CaptureArgs, SearchArgs, input_schema, parse_args, parse_json
+from engram_memory.wire.converter import MAX_NESTING
 from tests.wire_strategies import (
     BAD_DIGESTS,
     BAD_INSTANTS,
@@ -430,6 +434,77 @@ def test_enums_and_constants(tool: str, pointer: str, value: Json) -> None:
     check(tool, edited(tool, {pointer: value}), (SCHEMA, pointer))
 
 
+# --------------------------------------------------------------------------- the typed API
+
+
+def rebuilt(typed: Any, pointer: str, value: Json) -> Any:
+    """``typed`` with the field at ``pointer`` replaced, every enclosing object constructed anew."""
+    first, *rest = _segments(pointer)
+    if isinstance(typed, tuple):
+        index = int(first)
+        item = rebuilt(typed[index], "/" + "/".join(rest), value)
+        return (*typed[:index], item, *typed[index + 1 :])
+    return attrs.evolve(
+        typed, **{first: rebuilt(getattr(typed, first), "/" + "/".join(rest), value) if rest else value}
+    )
+
+
+TYPED_CASES: Final = [
+    ("engram_memory_search", "/capability_policy/minimum_channels", "semantic_only"),
+    ("engram_memory_search", "/capability_policy/network", "yes"),
+    ("engram_memory_capture", "/payload/components/0/kind", "secret-note"),
+    ("engram_memory_capture", "/payload/retention/derivative_rule", "keep-forever"),
+    ("engram_memory_capture", "/payload/schema_version", 3),
+    ("engram_memory_capture", "/payload/schema_version", 2.0),
+    ("engram_memory_capture", "/payload/schema_version", "2"),
+    ("engram_memory_search", "/limit", 2.5),
+    ("engram_memory_search", "/limit", 10.0),
+    ("engram_memory_search", "/limit", True),
+    ("engram_memory_search", "/limit", "10"),
+    ("engram_memory_search", "/limit", 51),
+    ("engram_memory_search", "/max_packet_bytes", 65_536.0),
+    ("engram_memory_get", "/max_packet_bytes", 4_095),
+    ("engram_memory_capture", "/payload/valid_time/t", 1.5),
+    ("engram_memory_capture", "/payload/valid_time/t", True),
+    ("engram_memory_capture", "/payload/valid_time/t", None),
+    ("engram_memory_capture", "/payload/valid_time/t", -(2**53)),
+    ("engram_memory_capture", "/payload/valid_time/t_end", 2000.0),
+    ("engram_memory_capture", "/payload/valid_time/t_end", 2**53),
+    ("engram_memory_capture", "/payload/primary_event/at", "1500"),
+    ("engram_memory_capture", "/payload/primary_event/at", False),
+]
+
+
+@pytest.mark.parametrize(("tool", "pointer", "value"), TYPED_CASES)
+def test_direct_construction_runs_the_parser_checks(tool: str, pointer: str, value: Json) -> None:
+    """The typed API refuses what JSON refuses, with the field's own pointer (``/kind`` in a Component)."""
+    typed = parse_args(ARGS_BY_TOOL[tool], BASES[tool])
+    with pytest.raises(EngramError) as info:
+        rebuilt(typed, pointer, value)
+    assert (info.value.code, info.value.pointer) == (SCHEMA, "/" + _segments(pointer)[-1])
+    assert not info.value.retriable
+    if not (type(value) is float and value.is_integer()):  # JSON writes the integer 10 as 10.0 too
+        check(tool, edited(tool, {pointer: value}), (SCHEMA, pointer))
+
+
+@pytest.mark.parametrize(
+    ("tool", "pointer", "value"),
+    [
+        ("engram_memory_search", "/capability_policy/minimum_channels", "lexical_and_semantic"),
+        ("engram_memory_search", "/capability_policy/network", "allow"),
+        ("engram_memory_capture", "/payload/components/0/kind", "evidence"),
+        ("engram_memory_capture", "/payload/retention/derivative_rule", "retain"),
+        ("engram_memory_capture", "/payload/schema_version", 2),
+        ("engram_memory_search", "/limit", 50),
+        ("engram_memory_capture", "/payload/valid_time/t", -MAX_SAFE),
+        ("engram_memory_capture", "/payload/primary_event/at", MAX_SAFE),
+    ],
+)
+def test_direct_construction_accepts_what_json_accepts(tool: str, pointer: str, value: Json) -> None:
+    typed = parse_args(ARGS_BY_TOOL[tool], BASES[tool])
+    assert rebuilt(typed, pointer, value) == parse_args(ARGS_BY_TOOL[tool], edited(tool, {pointer: value}))
+
+
 def test_arguments_must_be_an_object() -> None:
     raws: tuple[Json, ...] = ([], "x", 1, None)
     for raw in raws:
@@ -633,19 +708,24 @@ def test_a_schema_error_wins_over_a_malformed_digest() -> None:
 # --------------------------------------------------------------------------- the 1 MiB cap
 
 
+def compact(arguments: Json) -> bytes:
+    """The compact JSON serialisation the 1 MiB cap measures: UTF-8, as given, not normalised."""
+    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
 def capture_of_size(target: int) -> dict[str, Json]:
-    """A capture whose canonical serialisation is exactly ``target`` bytes (ASCII padding text)."""
+    """A capture whose compact serialisation is exactly ``target`` bytes (ASCII padding text)."""
     args = capture_lists(citations=1, components=1, evidence=1, families=0)
     components = args["payload"]["components"]
     template = components[0]
-    count = -(-(target - len(canonical_bytes(args))) // 60_000)
+    count = -(-(target - len(compact(args))) // 60_000)
     components += [{**template, "component_id": f"k{1 + i}", "text": "a"} for i in range(count)]
-    missing = target - len(canonical_bytes(args))
+    missing = target - len(compact(args))
     for component in components[1:]:
         grow = min(missing, 65_535)
         component["text"] = "a" * (1 + grow)
         missing -= grow
-    assert len(canonical_bytes(args)) == target
+    assert len(compact(args)) == target
     return args
 
 
@@ -661,6 +741,85 @@ def test_the_cap_is_checked_before_the_fields() -> None:
     arguments = capture_of_size(ONE_MIB + 1)
     arguments["payload"]["components"][0]["kind"] = "Context"  # invalid, same size
     check("engram_memory_capture", arguments, (SCHEMA, ""))
+
+
+DECOMPOSED: Final = "e\u0301"
+"""3 UTF-8 bytes as sent; NFC makes it "\u00e9", 2 bytes."""
+
+
+def test_the_cap_measures_the_arguments_as_sent_not_their_nfc_form() -> None:
+    """1.47 MB of decomposed text is over the cap even though its NFC form is 0.98 MB."""
+    arguments = capture_lists(citations=1, components=15, evidence=1, families=0)
+    for component in arguments["payload"]["components"]:
+        component["text"] = DECOMPOSED * 32_768  # NFC: 65,536 bytes, the component bound
+    assert len(canonical_bytes(arguments)) <= ONE_MIB < len(compact(arguments))
+    check("engram_memory_capture", arguments, (SCHEMA, ""))
+    with pytest.raises(EngramError) as info:
+        parse_json(compact(arguments))
+    assert (info.value.code, info.value.pointer) == (SCHEMA, "")
+
+
+@pytest.mark.parametrize(("size", "expected"), [(ONE_MIB, None), (ONE_MIB + 1, (SCHEMA, ""))])
+def test_parse_args_and_parse_json_agree_on_the_cap(size: int, expected: Expected) -> None:
+    """The same decomposed arguments, as an object and as their compact bytes, get one answer."""
+    arguments = capture_of_size(size)
+    component = arguments["payload"]["components"][1]
+    component["text"] = DECOMPOSED * 1000 + component["text"][3000:]  # same bytes, fewer once NFC
+    raw = compact(arguments)
+    assert len(raw) == size
+    check("engram_memory_capture", arguments, expected)
+    if expected is None:
+        check("engram_memory_capture", parse_json(raw), None)
+    else:
+        with pytest.raises(EngramError) as info:
+            parse_json(raw)
+        assert (info.value.code, info.value.pointer) == expected
+
+
+# --------------------------------------------------------------------------- nesting and key types
+
+
+def nested(depth: int) -> Json:
+    """``depth`` arrays, one inside the other."""
+    value: Json = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def _schema_depth(schema: Json) -> int:
+    if not isinstance(schema, dict):
+        return 0
+    children = [*schema.get("properties", {}).values(), schema.get("items")]
+    return (schema.get("type") in ("object", "array")) + max(_schema_depth(child) for child in children)
+
+
+@pytest.mark.parametrize("tool", list(ARGS_BY_TOOL))
+def test_every_schema_nests_well_within_the_nesting_bound(tool: str) -> None:
+    assert _schema_depth(input_schema(tool)) < MAX_NESTING
+
+
+@pytest.mark.parametrize("pointer", ["/query", "/extra", "/capability_policy/extra"])
+@pytest.mark.parametrize("depth", [MAX_NESTING, 600, sys.getrecursionlimit() * 2])
+def test_nesting_beyond_the_bound_is_refused_at_the_root(pointer: str, depth: int) -> None:
+    """Deep nesting is INVALID_SCHEMA at the root, never a RecursionError (the value counts as level 1)."""
+    check("engram_memory_search", edited("engram_memory_search", {pointer: nested(depth)}), (SCHEMA, ""))
+
+
+@pytest.mark.parametrize("pointer", ["/query", "/extra", "/capability_policy/extra"])
+def test_nesting_within_the_bound_is_reported_at_the_field(pointer: str) -> None:
+    depth = MAX_NESTING - pointer.count("/")  # the argument object itself is level 1
+    check("engram_memory_search", edited("engram_memory_search", {pointer: nested(depth)}), (SCHEMA, pointer))
+
+
+@pytest.mark.parametrize("key", [1, ("a", "b"), None])
+@pytest.mark.parametrize("pointer", ["", "/capability_policy"])
+def test_non_string_keys_are_refused_at_the_root(key: Json, pointer: str) -> None:
+    """Only a Python caller can send them; they are INVALID_SCHEMA, not an AttributeError."""
+    arguments = edited("engram_memory_search", {})
+    node = arguments if not pointer else arguments[pointer[1:]]
+    node[key] = "x"
+    check("engram_memory_search", arguments, (SCHEMA, ""))
 
 
 # --------------------------------------------------------------------------- parse_json
@@ -682,6 +841,9 @@ def test_the_cap_is_checked_before_the_fields() -> None:
         pytest.param("", id="empty"),
         pytest.param("\ud800", id="lone-surrogate-text"),
         pytest.param(b'"' + b"a" * ONE_MIB + b'"', id="over-one-mib"),
+        pytest.param('{"limit": %s}' % ("9" * 5000), id="integer-over-the-digit-limit"),
+        pytest.param("[" * 1000 + "]" * 1000, id="nested-past-the-recursion-limit"),
+        pytest.param('{"query": %s}' % ("[" * MAX_NESTING + "]" * MAX_NESTING), id="nested-past-the-bound"),
     ],
 )
 def test_parse_json_refuses(raw: str | bytes) -> None:

@@ -28,11 +28,12 @@ What crosses the wire:
 Example (a single-tenant stdio server)::
 
     import anyio
-    from engram_memory import HostBinding, connect
+    from engram_memory import ALL_TOOLS, HostBinding, connect
     from engram_memory.adapters.mcp import serve_stdio
 
     binding = HostBinding(tenant_id="acme", workspace_id="platform", principal="alice",
-                          agent_id="agent", session="stdio", purpose_ref="engineering-decisions")
+                          agent_id="agent", session="stdio", purpose_ref="engineering-decisions",
+                          tools=ALL_TOOLS)
     anyio.run(serve_stdio, connect("memory:"), binding)
 """
 

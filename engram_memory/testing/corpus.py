@@ -43,7 +43,7 @@ from engram_memory.canonical import (
     format_instant,
     receipt_digest,
 )
-from engram_memory.context import HostBinding
+from engram_memory.context import ALL_TOOLS, HostBinding
 from engram_memory.journal import build_event
 from engram_memory.ports import (
     CandidateRow,
@@ -123,6 +123,7 @@ class Tenant:
             agent_id=f"agent-{caller}",
             session=f"session-{caller}",
             purpose_ref=PURPOSE,
+            tools=ALL_TOOLS,
         )
 
 

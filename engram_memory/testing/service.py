@@ -962,10 +962,10 @@ class ServiceConformance:
 
     # ------------------------------------------------------------------ §0 host context
 
-    @pytest.mark.parametrize("field", ["tenant_id", "workspace_id", "principal", "purpose_ref"])
+    @pytest.mark.parametrize("field", ["tenant_id", "workspace_id", "principal", "agent_id", "session", "purpose_ref"])
     @pytest.mark.parametrize("tool", [CAPTURE, ADMISSION])
     def test_a_binding_missing_host_context_is_a_protocol_error(self, harness: Harness, field: str, tool: str) -> None:
-        """§0: a binding without tenant, workspace, principal or purpose → -32603."""
+        """§0: a binding without tenant, workspace, principal, agent id, session or purpose → -32603."""
         candidate_id = harness.pending(A, make_key("context"))
         blanked: dict[str, Any] = {field: ""}
         binding = attrs.evolve(A, **blanked)

@@ -60,6 +60,15 @@ def _bad(pointer: str, detail: str) -> EngramError:
     return EngramError(ErrorCode.INVALID_SCHEMA, pointer=pointer, detail=detail)
 
 
+# The constants of each enum/const field, named once: the annotation (what the converter parses)
+# and the field's validator (what direct construction checks) both read them.
+ChannelFloor = Literal["lexical", "lexical_and_semantic"]
+NetworkRule = Literal["forbid", "allow"]
+ComponentKind = Literal["context", "decision", "evidence"]
+DerivativeRule = Literal["retain", "make-ineligible"]
+PayloadVersion = Literal[2]
+
+
 # --------------------------------------------------------------------------- search / get
 
 
@@ -67,8 +76,8 @@ def _bad(pointer: str, detail: str) -> EngramError:
 class SearchCapabilityPolicy:
     """Which ranking channels a search requires; ``network: "allow"`` grants nothing by itself."""
 
-    minimum_channels: Literal["lexical", "lexical_and_semantic"] = "lexical"
-    network: Literal["forbid", "allow"] = "forbid"
+    minimum_channels: ChannelFloor = attrs.field(default="lexical", validator=lim.one_of(ChannelFloor))
+    network: NetworkRule = attrs.field(default="forbid", validator=lim.one_of(NetworkRule))
 
 
 @attrs.frozen(kw_only=True)
@@ -100,7 +109,7 @@ class ValidTime:
     """Closed valid-time interval ``[t, t_end]`` in epoch milliseconds; no ``t_end`` = open."""
 
     t: int = attrs.field(validator=lim.safe_int)
-    t_end: int | None = attrs.field(default=None, validator=lim.safe_int)
+    t_end: int | None = attrs.field(default=None, validator=attrs.validators.optional(lim.safe_int))
 
     def __attrs_post_init__(self) -> None:
         if self.t_end is not None and self.t_end < self.t:
@@ -112,7 +121,7 @@ class Component:
     """One cited component of a payload."""
 
     component_id: str = _ref()
-    kind: Literal["context", "decision", "evidence"]
+    kind: ComponentKind = attrs.field(validator=lim.one_of(ComponentKind))
     text: str = attrs.field(converter=nfc, validator=lim.free_text(*lim.TEXT_BYTES))
     citation_ids: tuple[str, ...] = _refs(1, lim.LIST_MAX)
 
@@ -149,7 +158,7 @@ class Citation:
 class Retention:
     """What happens to derivatives, and an optional expiry (after capture, within the host cap)."""
 
-    derivative_rule: Literal["retain", "make-ineligible"]
+    derivative_rule: DerivativeRule = attrs.field(validator=lim.one_of(DerivativeRule))
     expires_at: str | None = attrs.field(default=None, validator=lim.instant)
 
 
@@ -171,7 +180,7 @@ class Reconciliation:
 class Payload:
     """The knowledge payload of a capture (``schema_version`` 2), with its cross-references."""
 
-    schema_version: Literal[2]
+    schema_version: PayloadVersion = attrs.field(validator=lim.one_of(PayloadVersion))
     purpose_ref: str = _ref()
     valid_time: ValidTime
     components: tuple[Component, ...] = attrs.field(converter=tuple, validator=lim.list_len(1, lim.COMPONENTS_MAX))

@@ -10,8 +10,9 @@
 * requires arrays for sequences and objects for nested classes;
 * unstructures with optional fields omitted when absent, defaults filled in.
 
-:func:`parse_args` adds the 1,048,576-byte cap and turns every cattrs failure into one
-:class:`~engram_memory.errors.EngramError` with the JSON pointer of the first offending field.
+:func:`parse_args` adds the 1,048,576-byte cap and the nesting bound, and turns every cattrs
+failure into one :class:`~engram_memory.errors.EngramError` with the JSON pointer of the first
+offending field.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ import cattrs
 from cattrs.errors import AttributeValidationNote, ForbiddenExtraKeysError, IterableValidationNote
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from engram_memory.canonical import CanonicalError, canonical_bytes
 from engram_memory.errors import EngramError, ErrorCode
 from engram_memory.wire import args as a
-from engram_memory.wire.limits import MAX_ARGUMENT_BYTES
+from engram_memory.wire.limits import MAX_ARGUMENT_BYTES, literal_member
 
 __all__ = [
     "ARGS_BY_TOOL",
+    "MAX_NESTING",
     "TOOL_NAMES",
     "ToolArgs",
     "make_converter",
@@ -138,12 +139,11 @@ def make_converter() -> cattrs.Converter:  # noqa: C901 - one closure per regist
         allowed = typing.get_args(tp)
 
         def hook(value: Any, _: Any) -> Any:
-            for option in allowed:
-                if isinstance(option, str) and type(value) is str and value == option:
-                    return option
-                if type(option) is int and type(value) in (int, float) and value == option:
-                    return _exact_int(value, int)
-            raise _WireTypeError("value is not one of the allowed constants")
+            if type(value) is float and any(type(option) is int for option in allowed):
+                value = _exact_int(value, int)  # JSON may write the integer 2 as 2.0
+            if not literal_member(allowed, value):
+                raise _WireTypeError("value is not one of the allowed constants")
+            return value
 
         return hook
 
@@ -227,12 +227,42 @@ def _segment(exc: BaseException) -> tuple[str, ...]:
     return ()
 
 
-def _arguments_too_large(raw: Any) -> bool:
+MAX_NESTING: Final = 32
+"""Arrays and objects nest at most this deep (the deepest argument schema nests 5 levels)."""
+_CONTAINERS: Final = (dict, list, tuple)
+
+
+def _shape_problem(value: Any) -> str | None:
+    """Nesting deeper than :data:`MAX_NESTING`, or a non-string object key; walked without recursion."""
+    pending: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, _CONTAINERS) else []
+    while pending:
+        item, depth = pending.pop()
+        if depth > MAX_NESTING:
+            return "arguments nested too deeply"
+        if isinstance(item, dict):
+            if not all(type(key) is str for key in item):
+                return "object key is not a string"
+            item = item.values()
+        pending.extend((child, depth + 1) for child in item if isinstance(child, _CONTAINERS))
+    return None
+
+
+def _serialised_size(raw: Any) -> int | None:
+    """UTF-8 bytes of the compact JSON text of ``raw`` as given (not normalised); ``None`` if not JSON."""
     try:
-        size = len(canonical_bytes(raw))
-    except CanonicalError:
-        return False  # structuring reports the precise problem
-    return size > MAX_ARGUMENT_BYTES
+        text = json.dumps(raw, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        return None  # structuring reports the precise problem
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _check_root_bounds(raw: Any) -> None:
+    problem = _shape_problem(raw)
+    if problem is not None:
+        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail=problem)
+    size = _serialised_size(raw)
+    if size is not None and size > MAX_ARGUMENT_BYTES:
+        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="arguments over 1 MiB")
 
 
 def parse_args(cls: type[T], raw: Any) -> T:
@@ -240,13 +270,14 @@ def parse_args(cls: type[T], raw: Any) -> T:
 
     Raises:
         EngramError: ``INVALID_SCHEMA`` (or ``INVALID_DIGEST`` when the only problem is a
-            malformed digest) with ``pointer`` set to the first offending field; the serialised
-            arguments over 1,048,576 UTF-8 bytes are ``INVALID_SCHEMA`` at the root.
+            malformed digest) with ``pointer`` set to the first offending field. Arguments whose
+            compact JSON serialisation (as given, before any normalisation) exceeds 1,048,576
+            UTF-8 bytes, that nest deeper than :data:`MAX_NESTING`, or that have a non-string
+            object key are ``INVALID_SCHEMA`` at the root.
     """
     if type(raw) is not dict:
         raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="arguments must be an object")
-    if _arguments_too_large(raw):
-        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="arguments over 1 MiB")
+    _check_root_bounds(raw)
     try:
         return _CONVERTER.structure(raw, cls)
     except EngramError as exc:
@@ -294,8 +325,8 @@ def parse_json(data: bytes | str) -> Any:
     """Parse raw JSON the way the contract needs, for hosts that own the request bytes.
 
     Rejects duplicate keys (which ``json.loads`` silently collapses), ``NaN``/``Infinity``,
-    ``-0``, and input over 1,048,576 UTF-8 bytes. Once an SDK has parsed the bytes, duplicates can
-    no longer be detected.
+    ``-0``, integers too long to convert, nesting deeper than :data:`MAX_NESTING`, and input over
+    1,048,576 UTF-8 bytes. Once an SDK has parsed the bytes, duplicates can no longer be detected.
 
     Raises:
         EngramError: ``INVALID_SCHEMA`` at the root.
@@ -305,12 +336,18 @@ def parse_json(data: bytes | str) -> Any:
         raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="arguments over 1 MiB")
     try:
         text = raw.decode("utf-8")
-        return json.loads(
+        value = json.loads(
             text,
             object_pairs_hook=_reject_duplicates,
             parse_constant=_reject_constant,
             parse_int=_parse_int,
             parse_float=_parse_float,
         )
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError as exc:
+        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="arguments nested too deeply") from exc
+    except ValueError as exc:  # not UTF-8, not JSON, or an integer over the int digit limit
         raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="not valid JSON") from exc
+    problem = _shape_problem(value)
+    if problem is not None:
+        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail=problem)
+    return value

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -39,6 +40,8 @@ __all__ = [
     "instant",
     "int_range",
     "list_len",
+    "literal_member",
+    "one_of",
     "opaque_ref",
     "record_id",
     "safe_int",
@@ -124,18 +127,41 @@ def instant(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         raise _fail(attribute, "not a canonical instant")
 
 
+def _require_int(attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not int:  # a bool is not an integer, nor is 2.0 once past the parser
+        raise _fail(attribute, "expected an integer")
+
+
 def safe_int(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    """An integer within ±(2**53 − 1)."""
-    if value is not None and abs(value) > MAX_SAFE_INTEGER:
+    """An ``int`` (not a ``bool``) within ±(2**53 − 1)."""
+    _require_int(attribute, value)
+    if abs(value) > MAX_SAFE_INTEGER:
         raise _fail(attribute, "integer outside the safe range")
 
 
 def int_range(low: int, high: int) -> Validator:
-    """An integer within ``low..high``."""
+    """An ``int`` (not a ``bool``) within ``low..high``."""
 
     def check(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        _require_int(attribute, value)
         if not low <= value <= high:
             raise _fail(attribute, f"integer outside {low}..{high}")
+
+    return check
+
+
+def literal_member(options: Sequence[Any], value: Any) -> bool:
+    """Whether ``value`` is one of ``options`` and of the same type (``True`` is not ``1``)."""
+    return any(type(value) is type(option) and value == option for option in options)
+
+
+def one_of(literal: Any) -> Validator:
+    """One of the constants of ``literal`` (a ``Literal[...]`` type: the field's own annotation)."""
+    options = typing.get_args(literal)
+
+    def check(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not literal_member(options, value):
+            raise _fail(attribute, "value is not one of the allowed constants")
 
     return check
 

@@ -1,0 +1,169 @@
+"""Edges of the service boundary: hostile argument shapes, missing host context, explicit grants."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import attrs
+import pytest
+
+from engram_memory import ALL_TOOLS, DefaultPolicy, HostBinding, ManualClock, MemoryService
+from engram_memory.errors import PUBLIC_MESSAGES, EngramError, ErrorCode, JsonRpcCode, ProtocolError
+from engram_memory.keyvaults.memory import InMemoryKeyVault
+from engram_memory.stores.memory import InMemoryStore
+from engram_memory.testing.fakes import (
+    ADMISSION,
+    CAPTURE,
+    FORGET,
+    GET,
+    PURPOSE,
+    SEARCH,
+    WITHDRAW,
+    Harness,
+    capture_args,
+    make_binding,
+    make_key,
+)
+from engram_memory.wire import GetArgs, SearchArgs, parse_args
+
+DEPTH: Final = 600
+"""Tiny arguments nested deeper than the interpreter would follow by recursion during size checks."""
+
+
+def nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.fixture(name="harness")
+def harness_fixture() -> Harness:
+    clock = ManualClock()
+    service = MemoryService(
+        store=InMemoryStore(), vault=InMemoryKeyVault(), policy=DefaultPolicy(admission="accept"), clock=clock
+    )
+    return Harness(service, clock)
+
+
+BINDING: Final = make_binding()
+
+
+def _assert_invalid_schema(envelope: dict[str, Any]) -> None:
+    assert envelope["ok"] is False
+    assert envelope["error"] == {
+        "code": "INVALID_SCHEMA",
+        "message": PUBLIC_MESSAGES[ErrorCode.INVALID_SCHEMA],
+        "retriable": False,
+    }
+
+
+# --------------------------------------------------------------------------- argument shapes
+
+
+def _deep_arguments(tool: str) -> dict[str, Any]:
+    if tool == CAPTURE:
+        return {**capture_args(make_key("deep")), "confirmed": nested(DEPTH)}
+    if tool == ADMISSION:
+        return {"candidate_id": "candidate_x", "idempotency_key": make_key("deep"), "extra": nested(DEPTH)}
+    return {"query": nested(DEPTH), "purpose_ref": PURPOSE}
+
+
+@pytest.mark.parametrize("tool", [CAPTURE, ADMISSION, SEARCH])
+def test_deeply_nested_arguments_are_invalid_schema_not_an_unknown_outcome(harness: Harness, tool: str) -> None:
+    """A RecursionError used to become MUTATION_OUTCOME_UNKNOWN (retriable) or CAPABILITY_UNAVAILABLE."""
+    before = harness.state(BINDING)
+    _assert_invalid_schema(harness.call(tool, _deep_arguments(tool), BINDING))
+    assert harness.state(BINDING) == before
+
+
+@pytest.mark.parametrize("tool", [CAPTURE, SEARCH])
+def test_non_string_keys_are_invalid_schema(harness: Harness, tool: str) -> None:
+    arguments: dict[Any, Any] = capture_args(make_key("keys")) if tool == CAPTURE else {"query": "q"}
+    arguments.update({"purpose_ref": PURPOSE} if tool == SEARCH else {})
+    arguments[7] = "x"
+    _assert_invalid_schema(harness.call(tool, arguments, BINDING))
+
+
+def test_operation_digest_refuses_deep_arguments_with_an_engram_error(harness: Harness) -> None:
+    with pytest.raises(EngramError) as info:
+        harness.service.operation_digest(ADMISSION, _deep_arguments(ADMISSION), BINDING)
+    assert (info.value.code, info.value.pointer, info.value.retriable) == (ErrorCode.INVALID_SCHEMA, "", False)
+
+
+# --------------------------------------------------------------------------- host context
+
+
+NOT_BINDINGS: Final = [None, {"tenant_id": "t"}, "binding"]
+
+
+def _protocol_code(call: Any) -> JsonRpcCode:
+    with pytest.raises(ProtocolError) as info:
+        call()
+    code: JsonRpcCode = info.value.code
+    return code
+
+
+@pytest.mark.parametrize("binding", NOT_BINDINGS, ids=["none", "dict", "str"])
+@pytest.mark.parametrize("tool", [SEARCH, CAPTURE, FORGET, "engram_memory_admin"])
+def test_call_tool_without_a_host_binding_is_32603(harness: Harness, binding: Any, tool: str) -> None:
+    assert _protocol_code(lambda: harness.service.call_tool(tool, {}, binding)) is JsonRpcCode.INTERNAL_ERROR
+
+
+@pytest.mark.parametrize("binding", NOT_BINDINGS, ids=["none", "dict", "str"])
+def test_list_tools_typed_calls_and_operation_digest_without_a_host_binding_are_32603(
+    harness: Harness, binding: Any
+) -> None:
+    service = harness.service
+    search = parse_args(SearchArgs, {"query": "q", "purpose_ref": PURPOSE})
+    get = parse_args(GetArgs, {"record_id": "mem_abc", "purpose_ref": PURPOSE})
+    admission = {"candidate_id": "candidate_x", "idempotency_key": make_key("ctx")}
+    calls = [
+        lambda: service.list_tools(binding),
+        lambda: service.search(binding, search),
+        lambda: service.get(binding, get),
+        lambda: service.operation_digest(ADMISSION, admission, binding),
+    ]
+    assert [_protocol_code(call) for call in calls] == [JsonRpcCode.INTERNAL_ERROR] * len(calls)
+
+
+@pytest.mark.parametrize("field", ["agent_id", "session"])
+@pytest.mark.parametrize("tool", [SEARCH, GET, CAPTURE])
+def test_an_empty_agent_or_session_is_32603(harness: Harness, field: str, tool: str) -> None:
+    blanked: dict[str, Any] = {field: ""}
+    binding = attrs.evolve(BINDING, **blanked)
+    arguments = {
+        SEARCH: {"query": "q", "purpose_ref": PURPOSE},
+        GET: {"record_id": "mem_abc", "purpose_ref": PURPOSE},
+        CAPTURE: capture_args(make_key("agentless")),
+    }[tool]
+    before = harness.state(BINDING)
+    assert _protocol_code(lambda: harness.call(tool, arguments, binding)) is JsonRpcCode.INTERNAL_ERROR
+    assert _protocol_code(lambda: harness.service.list_tools(binding)) is JsonRpcCode.INTERNAL_ERROR
+    assert harness.state(BINDING) == before
+
+
+# --------------------------------------------------------------------------- explicit grants
+
+
+def test_a_binding_must_name_its_tools() -> None:
+    with pytest.raises(TypeError, match="tools"):
+        HostBinding(  # type: ignore[call-arg]
+            tenant_id="t", workspace_id="w", principal="p", agent_id="a", session="s", purpose_ref=PURPOSE
+        )
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [frozenset(), frozenset({SEARCH, GET}), ALL_TOOLS - {WITHDRAW, FORGET}, ALL_TOOLS],
+    ids=["none", "read-only", "no-erasure", "all"],
+)
+def test_the_default_policy_only_narrows_the_named_tools(harness: Harness, tools: frozenset[str]) -> None:
+    binding = HostBinding(
+        tenant_id="t", workspace_id="w", principal="p", agent_id="a", session="s", purpose_ref=PURPOSE, tools=tools
+    )
+    listed = [descriptor["name"] for descriptor in harness.service.list_tools(binding)]
+    assert listed == [name for name in (SEARCH, GET, CAPTURE, ADMISSION, WITHDRAW, FORGET) if name in tools]
+    if FORGET not in tools:
+        forget = {"record_id": "mem_abc", "idempotency_key": make_key("ungranted"), "reason_ref": "r"}
+        assert _protocol_code(lambda: harness.call(FORGET, forget, binding)) is JsonRpcCode.INVALID_PARAMS
