@@ -6,6 +6,7 @@ Nothing here ever comes from tool arguments. The host builds a :class:`HostBindi
 from __future__ import annotations
 
 import functools
+import unicodedata
 from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Final
@@ -66,8 +67,9 @@ class HostBinding:
     ``tools`` are the tools this binding grants, named explicitly: there is no default, and a
     tool left out is absent (``-32602``). Pass :data:`ALL_TOOLS` to grant all six; the Policy may
     narrow them further. ``deadline`` is an aware datetime after which the call fails with
-    ``DEADLINE_EXCEEDED``. An empty tenant, workspace, principal, agent id, session or purpose
-    makes every call a protocol error (-32603).
+    ``DEADLINE_EXCEEDED``. An empty tenant, workspace, principal, agent id, session or purpose,
+    or one not in Unicode NFC, makes every call a protocol error (-32603): receipts and scope keys
+    digest NFC text, so two spellings of one id must never both be in use.
     """
 
     tenant_id: str
@@ -97,5 +99,12 @@ def now_within_deadline(clock: Clock, binding: HostBinding) -> datetime:
 
 @functools.lru_cache(maxsize=4096)
 def scope_key(tenant_id: str, workspace_id: str) -> str:
-    """Derive the opaque scope key of a (tenant, workspace) pair (a digest; reveals neither)."""
+    """Derive the opaque scope key of a (tenant, workspace) pair (a digest; reveals neither).
+
+    Raises:
+        ValueError: an id is not in Unicode NFC. Digests normalise strings to NFC, so two
+            spellings of one id would share a scope; host ids must therefore be NFC already.
+    """
+    if not (unicodedata.is_normalized("NFC", tenant_id) and unicodedata.is_normalized("NFC", workspace_id)):
+        raise ValueError("tenant and workspace ids must be in Unicode NFC")
     return digest(Domain.SCOPE_KEY, {"tenant_id": tenant_id, "workspace_id": workspace_id})

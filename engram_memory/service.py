@@ -9,6 +9,7 @@ only :class:`~engram_memory.errors.ProtocolError`.
 from __future__ import annotations
 
 import logging
+import unicodedata
 import uuid
 from collections.abc import Callable
 from typing import Any, Final, Self
@@ -122,13 +123,15 @@ class MemoryService:
 
     @staticmethod
     def _check_context(binding: object) -> None:
-        """-32603 unless ``binding`` is a :class:`HostBinding` with every host-bound field set."""
+        """-32603 unless ``binding`` is a :class:`HostBinding` with every host-bound field set, in NFC."""
         if not isinstance(binding, HostBinding):
             raise ProtocolError.untrusted_context(f"no host binding: {type(binding).__name__}")
         for name in _BOUND_FIELDS:
             value = getattr(binding, name)
             if not isinstance(value, str) or not value:
                 raise ProtocolError.untrusted_context(f"host binding lacks {name}")
+            if not unicodedata.is_normalized("NFC", value):  # NFC-equivalent ids would share digests
+                raise ProtocolError.untrusted_context(f"host binding {name} is not NFC")
 
     def _check_grant(self, tool: str, binding: HostBinding) -> None:
         if tool not in ARGS_BY_TOOL or tool not in self.granted_tools(binding):

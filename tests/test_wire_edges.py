@@ -8,6 +8,7 @@ import attrs
 import pytest
 
 from engram_memory import ALL_TOOLS, DefaultPolicy, HostBinding, ManualClock, MemoryService
+from engram_memory.context import scope_key
 from engram_memory.errors import PUBLIC_MESSAGES, EngramError, ErrorCode, JsonRpcCode, ProtocolError
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.stores.memory import InMemoryStore
@@ -167,3 +168,25 @@ def test_the_default_policy_only_narrows_the_named_tools(harness: Harness, tools
     if FORGET not in tools:
         forget = {"record_id": "mem_abc", "idempotency_key": make_key("ungranted"), "reason_ref": "r"}
         assert _protocol_code(lambda: harness.call(FORGET, forget, binding)) is JsonRpcCode.INVALID_PARAMS
+
+
+# --------------------------------------------------------------------------- host ids in NFC
+
+
+@pytest.mark.parametrize("field", ["tenant_id", "workspace_id", "principal", "agent_id", "session", "purpose_ref"])
+def test_a_host_id_not_in_nfc_is_32603(harness: Harness, field: str) -> None:
+    decomposed: dict[str, Any] = {field: getattr(BINDING, field) + "-Ame\u0301lie"}
+    binding = attrs.evolve(BINDING, **decomposed)
+    before = harness.state(BINDING)
+    search = {"query": "q", "purpose_ref": binding.purpose_ref}
+    assert _protocol_code(lambda: harness.call(SEARCH, search, binding)) is JsonRpcCode.INTERNAL_ERROR
+    assert _protocol_code(lambda: harness.service.list_tools(binding)) is JsonRpcCode.INTERNAL_ERROR
+    assert harness.state(BINDING) == before
+
+
+def test_canonically_equivalent_tenants_never_share_a_scope() -> None:
+    composed = scope_key("tenant-Am\u00e9lie", "workspace-\u00c5")
+    assert composed != scope_key("tenant-Amelie", "workspace-\u00c5")
+    for tenant, workspace in (("tenant-Ame\u0301lie", "workspace-\u00c5"), ("tenant-Am\u00e9lie", "workspace-\u212b")):
+        with pytest.raises(ValueError, match="NFC"):
+            scope_key(tenant, workspace)
