@@ -45,6 +45,8 @@ class DefaultPolicy:
         tools: the tools this policy grants (all six by default: the policy only narrows what
             each ``HostBinding.tools`` grants explicitly, so this default opens nothing).
         trust: the trust class assigned to captures.
+        network: searches may run a ranker that uses the network (when their
+            ``capability_policy`` also allows it); off by default.
         policy_id: an opaque ref naming the policy.
         policy_version: bump it to make decisions on older candidates ``POLICY_STALE``.
     """
@@ -60,6 +62,7 @@ class DefaultPolicy:
     redaction: tuple[str, ...] | None = attrs.field(default=None, converter=_sorted_pointers)
     tools: frozenset[str] = attrs.field(default=ALL_TOOLS, converter=_str_set)
     trust: Literal["asserted", "earned", "signed"] = "asserted"
+    network: bool = False
     policy_id: str = "engram-memory:default-policy"
     policy_version: str = "1"
 
@@ -90,6 +93,10 @@ class DefaultPolicy:
     def trust_class(self, binding: HostBinding) -> Literal["asserted", "earned", "signed"]:  # noqa: ARG002
         """The configured trust class."""
         return self.trust
+
+    def allows_network(self, binding: HostBinding) -> bool:  # noqa: ARG002
+        """The configured ``network`` flag."""
+        return self.network
 
     def decide(self, request: AdmissionRequest, now: datetime) -> AdmissionDecision:
         """The configured decision, issued now for the request's record digest."""

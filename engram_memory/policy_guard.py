@@ -64,6 +64,10 @@ class GuardedPolicy:
         """See :meth:`Policy.trust_class`."""
         return _guarded(lambda: self.inner.trust_class(binding))
 
+    def allows_network(self, binding: HostBinding) -> bool:
+        """See :meth:`Policy.allows_network`."""
+        return _guarded(lambda: self.inner.allows_network(binding) is True)
+
     def decide(self, request: AdmissionRequest, now: datetime) -> AdmissionDecision:
         """See :meth:`Policy.decide`."""
         return _guarded(lambda: self.inner.decide(request, now))

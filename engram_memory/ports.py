@@ -501,6 +501,14 @@ class Policy(Protocol):
         """Top-level JSON pointers of the record fields the binding may read; ``None`` = all."""
         ...
 
+    def allows_network(self, binding: HostBinding) -> bool:
+        """Whether this binding's searches may run a ranker that uses the network.
+
+        A search runs such a ranker only when this is true *and* its ``capability_policy`` says
+        ``network: "allow"`` (which grants nothing by itself).
+        """
+        ...
+
     def trust_class(self, binding: HostBinding) -> Literal["asserted", "earned", "signed"]:
         """The trust class of what this binding captures (never the caller's choice)."""
         ...
@@ -545,6 +553,16 @@ class Ranker(Protocol):
     @property
     def channels(self) -> frozenset[str]:
         """The channels this ranker provides (``{"lexical"}`` or ``{"lexical", "semantic"}``)."""
+        ...
+
+    @property
+    def uses_network(self) -> bool:
+        """Whether ranking contacts the network (a remote embedding or rerank service).
+
+        Such a ranker runs only for a search whose ``capability_policy`` allows the network and
+        whose host Policy does too (:meth:`Policy.allows_network`); otherwise the search is
+        ``RANKING_UNAVAILABLE`` and the ranker is never called.
+        """
         ...
 
     def config(self) -> dict[str, Any]:

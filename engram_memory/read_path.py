@@ -222,6 +222,10 @@ class ReadPath:
             "semantic" not in self._ranker.channels
         ):
             raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="no semantic channel; no lexical fallback")
+        if self._ranker.uses_network and not (
+            args.capability_policy.network == "allow" and self._policy.allows_network(binding)
+        ):
+            raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="the ranker needs the network; not allowed here")
         for _attempt in range(_SEARCH_ATTEMPTS):
             try:
                 return self._search_once(binding, args)

@@ -875,3 +875,48 @@ def test_a_row_whose_times_disagree_with_its_sealed_body_is_never_served(column:
 
     fail(harness.get(binding, record_id), ErrorCode.JOURNAL_CORRUPT)
     fail(harness.search(binding, "quasar"), ErrorCode.JOURNAL_CORRUPT)
+
+
+class _NetworkRanker(LexicalRanker):
+    """A ranker that says it contacts the network; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    @property
+    def uses_network(self) -> bool:
+        return True
+
+    def rank(self, reader: StoreReader, query: RankingQuery) -> list[RankedHit]:
+        self.calls += 1
+        return super().rank(reader, query)
+
+
+@pytest.mark.parametrize(
+    ("network_rule", "policy_allows", "runs"),
+    [("forbid", False, False), ("forbid", True, False), ("allow", False, False), ("allow", True, True)],
+)
+def test_a_ranker_that_uses_the_network_runs_only_when_search_and_policy_both_allow_it(
+    network_rule: str, policy_allows: bool, runs: bool
+) -> None:
+    harness = ReadHarness()
+    binding = make_binding()
+    record_id = harness.admit(binding, DocSpec(key="network-ranker-1", primary="nebula"))
+    ranker = _NetworkRanker()
+    policy = DefaultPolicy(admission="accept", network=policy_allows)
+    harness.service = MemoryService(
+        store=harness.store, vault=harness.vault, policy=policy, clock=harness.clock, ranker=ranker
+    )
+    envelope = harness.search(binding, "nebula", capability_policy={"network": network_rule})
+    if runs:
+        assert [packet["record"]["record_id"] for packet in ok(envelope)["records"]] == [record_id]
+        assert ranker.calls == 1
+    else:
+        fail(envelope, ErrorCode.RANKING_UNAVAILABLE)
+        assert ranker.calls == 0
+
+
+def test_the_reference_ranker_never_uses_the_network(small: ReadHarness) -> None:
+    assert LexicalRanker().uses_network is False
+    binding = make_binding()
+    assert ok(small.search(binding, "orbit", capability_policy={"network": "forbid"}))["records"]

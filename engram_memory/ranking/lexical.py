@@ -87,6 +87,11 @@ class LexicalRanker:
         """Lexical only: a search that requires a semantic channel is ``RANKING_UNAVAILABLE``."""
         return frozenset({"lexical"})
 
+    @property
+    def uses_network(self) -> bool:
+        """Never: the index is local."""
+        return False
+
     def config(self) -> dict[str, Any]:
         """Every constant that determines the order (bound by ``profile_config_digest``)."""
         return {

@@ -386,6 +386,10 @@ class PolicyOverride:
         """Delegated."""
         return self._base.redaction_allowlist(binding)
 
+    def allows_network(self, binding: HostBinding) -> bool:
+        """Delegated."""
+        return self._base.allows_network(binding)
+
     def trust_class(self, binding: HostBinding) -> Literal["asserted", "earned", "signed"]:
         """Overridden or delegated."""
         return self._trust(binding) if self._trust is not None else self._base.trust_class(binding)

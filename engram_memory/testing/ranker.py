@@ -177,6 +177,7 @@ class RankerConformance:
     def test_profile_channels_and_config(self, ranker: Ranker) -> None:
         assert ranker.profile
         assert "lexical" in ranker.channels
+        assert type(ranker.uses_network) is bool  # the read path gates network rankers on it
         config = ranker.config()
         assert canonical_bytes(config) == canonical_bytes(ranker.config())
 
