@@ -208,7 +208,10 @@ class SQLiteKeyVault:
         self._lock = threading.Lock()
         self._closed = False
         create_private(self._path)
+        self._busy_timeout_ms = busy_timeout_ms
+        self._inherited: list[sqlite3.Connection] = []  # a parent's, in a forked child: kept, never used
         self._conn = self._connect(busy_timeout_ms)
+        self._conn_pid = os.getpid()
         try:
             self._master = self._open_master(master_key, master_key_file)
         except BaseException:
@@ -283,8 +286,13 @@ class SQLiteKeyVault:
         self.close()
 
     def _live(self) -> sqlite3.Connection:
+        """The vault's connection; a forked child opens its own (SQLite forbids sharing one across ``fork``)."""
         if self._closed:
             raise StoreUnavailableError("the key vault is closed")
+        if self._conn_pid != os.getpid():
+            self._inherited.append(self._conn)
+            self._conn = self._connect(self._busy_timeout_ms)
+            self._conn_pid = os.getpid()
         return self._conn
 
     # ------------------------------------------------------------------ KeyVault
@@ -391,6 +399,8 @@ class SQLiteKeyVault:
             self._closed = True
             unused = tuple(key_ref for key_ref, _ in self._reserved) if self._reserved_by == os.getpid() else ()
             self._reserved = []
+            if self._conn_pid != os.getpid():
+                return  # a forked child never touches its parent's connection
             if unused:
                 with suppress(sqlite3.Error):  # best effort: they sealed nothing
                     self._delete_keys(self._conn, unused)

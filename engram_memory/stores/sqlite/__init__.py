@@ -633,6 +633,8 @@ class SQLiteStore:
         self._busy_timeout_ms = busy_timeout_ms
         self._pool: list[sqlite3.Connection] = []
         self._pool_lock = threading.Lock()
+        self._owners: dict[int, int] = {}  # id(connection) -> the process that opened it
+        self._inherited: list[sqlite3.Connection] = []  # a parent's, in a forked child: kept, never used
         self._writer_lock = threading.Lock()
         self._closed = False
         self._scope_ids: dict[str, int] = {}
@@ -694,21 +696,33 @@ class SQLiteStore:
         if str(mode).lower() != "wal":
             conn.close()
             raise StoreUnavailableError("the database cannot run in WAL mode")
+        self._owners[id(conn)] = os.getpid()
         return conn
+
+    def _owned(self, conn: sqlite3.Connection) -> bool:
+        """Whether this process opened ``conn`` (SQLite forbids using a connection across ``fork``)."""
+        return self._owners.get(id(conn)) == os.getpid()
 
     def _acquire(self) -> sqlite3.Connection:
         with self._pool_lock:
             if self._closed:
                 raise StoreUnavailableError("the store is closed")
-            if self._pool:
-                return self._pool.pop()
+            while self._pool:
+                conn = self._pool.pop()
+                if self._owned(conn):
+                    return conn
+                self._inherited.append(conn)  # a forked child never touches its parent's connections
         return self._connect()
 
     def _release(self, conn: sqlite3.Connection, healthy: bool = True) -> None:
         with self._pool_lock:
+            if not self._owned(conn):
+                self._inherited.append(conn)
+                return
             if healthy and not self._closed and not conn.in_transaction and len(self._pool) < _MAX_IDLE:
                 self._pool.append(conn)
                 return
+            self._owners.pop(id(conn), None)
         with suppress(sqlite3.Error):
             conn.close()
 
@@ -829,6 +843,9 @@ class SQLiteStore:
         with self._pool_lock:
             self._closed = True
             idle, self._pool = self._pool, []
+            idle = [conn for conn in idle if self._owned(conn)]  # a parent's stay untouched
+            for conn in idle:
+                self._owners.pop(id(conn), None)
         for conn in idle:
             with suppress(sqlite3.Error):
                 conn.close()
