@@ -285,11 +285,10 @@ def _argument_root(schema: Schema, title: str) -> Schema:
     return out
 
 
-def _packet_bytes() -> Schema:
+def _packet_bytes(description: str) -> Schema:
     low, high = lim.PACKET_BYTES_RANGE
     return _integer(
-        "Byte budget for each returned record packet; lower it if results are too large, raise "
-        "it on PROJECTION_OVERSIZED.",
+        description,
         minimum=low,
         maximum=high,
         default=lim.PACKET_BYTES_DEFAULT,
@@ -500,7 +499,10 @@ def _search_input() -> Schema:
                 maximum=lim.LIMIT_RANGE[1],
                 default=lim.LIMIT_DEFAULT,
             ),
-            "max_packet_bytes": _packet_bytes(),
+            "max_packet_bytes": _packet_bytes(
+                "Byte budget for the page's records together (their canonical JSON); a page stops "
+                "before the record that would exceed it. Raise it on PROJECTION_OVERSIZED."
+            ),
             "capability_policy": {
                 **_obj(
                     {
@@ -534,7 +536,9 @@ def _get_input() -> Schema:
         {
             "record_id": _record_id("The record to read."),
             "purpose_ref": _ref(_PURPOSE_DESCRIPTION),
-            "max_packet_bytes": _packet_bytes(),
+            "max_packet_bytes": _packet_bytes(
+                "Byte budget for the returned record (its canonical JSON). Raise it on PROJECTION_OVERSIZED."
+            ),
         },
         optional=("max_packet_bytes",),
         description="Arguments of engram_memory_get.",
