@@ -236,15 +236,20 @@ class ReadPath:
     def _rank(self, reader: StoreReader, query: RankingQuery) -> list[RankedHit]:
         """The ranker's hits; a failure of the ranker itself is ``RANKING_UNAVAILABLE`` (retriable).
 
-        Store failures met while ranking keep their own codes (the read view maps them), and so
-        do memory errors the ranker raises.
+        So is an answer that breaks the ranker contract (more than 2,000 candidates, or a record
+        twice), which would otherwise repeat records across pages. Store failures met while
+        ranking keep their own codes (the read view maps them), and so do memory errors the
+        ranker raises.
         """
         try:
-            return self._ranker.rank(reader, query)
+            hits = self._ranker.rank(reader, query)
         except (EngramError, StoreUnavailableError, StoreCorruptError, _ConcurrentErasureError):
             raise
         except Exception as exc:  # the ranker is host code (a remote semantic channel may be down)
             raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail=f"ranker failed: {type(exc).__name__}") from exc
+        if len(hits) > CANDIDATE_CAP or len({hit.record_id for hit in hits}) != len(hits):
+            raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="ranker answered duplicates or too many hits")
+        return hits
 
     def _binding_digest(self, binding: HostBinding, args: SearchArgs, config_digest: str) -> str:
         return digest(

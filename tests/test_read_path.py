@@ -920,3 +920,38 @@ def test_the_reference_ranker_never_uses_the_network(small: ReadHarness) -> None
     assert LexicalRanker().uses_network is False
     binding = make_binding()
     assert ok(small.search(binding, "orbit", capability_policy={"network": "forbid"}))["records"]
+
+
+def _binary_id(number: int) -> str:
+    return "mem_" + format(number, "b").translate(str.maketrans("01", "ab"))
+
+
+class _DuplicatingRanker(LexicalRanker):
+    def __init__(self, transform: Any) -> None:
+        self.transform = transform
+
+    def rank(self, reader: StoreReader, query: RankingQuery) -> list[RankedHit]:
+        hits: list[RankedHit] = self.transform(super().rank(reader, query))
+        return hits
+
+
+@pytest.mark.parametrize(
+    "transform",
+    [
+        lambda hits: hits + hits[:1],
+        lambda hits: hits + [RankedHit(_binary_id(n), 0.0, 1.0, 0.0) for n in range(2000)],  # all distinct
+    ],
+    ids=["a record twice", "over 2,000 candidates"],
+)
+def test_a_ranker_answer_that_breaks_the_contract_is_ranking_unavailable(transform: Any) -> None:
+    harness = ReadHarness()
+    binding = make_binding()
+    harness.admit(binding, DocSpec(key="broken-ranker-1", primary="pulsar"))
+    harness.service = MemoryService(
+        store=harness.store,
+        vault=harness.vault,
+        policy=harness.policy,
+        clock=harness.clock,
+        ranker=_DuplicatingRanker(transform),
+    )
+    fail(harness.search(binding, "pulsar"), ErrorCode.RANKING_UNAVAILABLE)
