@@ -20,7 +20,7 @@ from engram_memory import ALL_TOOLS, DefaultPolicy, ErrorCode, HostBinding, Manu
 from engram_memory.canonical import Domain, digest, epoch_ms, receipt_digest, record_id_from_digest
 from engram_memory.context import Confirmation
 from engram_memory.keyvaults.memory import InMemoryKeyVault
-from engram_memory.ports import Policy
+from engram_memory.ports import Policy, Ranker
 from engram_memory.stores.memory import InMemoryStore
 
 START: Final = datetime(2026, 1, 1, tzinfo=UTC)
@@ -179,6 +179,12 @@ class ReadHarness:
         self.policy = policy
         self.service = MemoryService(
             store=self.store, vault=self.vault, policy=policy, clock=self.clock, ranker=self.service.ranker
+        )
+
+    def use_ranker(self, ranker: Ranker) -> None:
+        """Swap the ranker (same store, vault, clock and policy)."""
+        self.service = MemoryService(
+            store=self.store, vault=self.vault, policy=self.policy, clock=self.clock, ranker=ranker
         )
 
     def call(self, tool: str, args: dict[str, Any], binding: HostBinding) -> dict[str, Any]:

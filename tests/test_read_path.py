@@ -843,13 +843,7 @@ def test_a_failing_ranker_is_ranking_unavailable_and_store_failures_keep_their_c
     ):
         harness = ReadHarness()
         harness.admit(binding, DocSpec(key="ranker-failure-1", primary="orbit"))
-        harness.service = MemoryService(
-            store=harness.store,
-            vault=harness.vault,
-            policy=harness.policy,
-            clock=harness.clock,
-            ranker=_FailingRanker(error),
-        )
+        harness.use_ranker(_FailingRanker(error))
         envelope = harness.search(binding, "orbit")
         fail(envelope, code)
         assert envelope["error"]["retriable"] is (code is not ErrorCode.JOURNAL_CORRUPT)
@@ -903,10 +897,8 @@ def test_a_ranker_that_uses_the_network_runs_only_when_search_and_policy_both_al
     binding = make_binding()
     record_id = harness.admit(binding, DocSpec(key="network-ranker-1", primary="nebula"))
     ranker = _NetworkRanker()
-    policy = DefaultPolicy(admission="accept", network=policy_allows)
-    harness.service = MemoryService(
-        store=harness.store, vault=harness.vault, policy=policy, clock=harness.clock, ranker=ranker
-    )
+    harness.use(DefaultPolicy(admission="accept", network=policy_allows))
+    harness.use_ranker(ranker)
     envelope = harness.search(binding, "nebula", capability_policy={"network": network_rule})
     if runs:
         assert [packet["record"]["record_id"] for packet in ok(envelope)["records"]] == [record_id]
@@ -947,11 +939,5 @@ def test_a_ranker_answer_that_breaks_the_contract_is_ranking_unavailable(transfo
     harness = ReadHarness()
     binding = make_binding()
     harness.admit(binding, DocSpec(key="broken-ranker-1", primary="pulsar"))
-    harness.service = MemoryService(
-        store=harness.store,
-        vault=harness.vault,
-        policy=harness.policy,
-        clock=harness.clock,
-        ranker=_DuplicatingRanker(transform),
-    )
+    harness.use_ranker(_DuplicatingRanker(transform))
     fail(harness.search(binding, "pulsar"), ErrorCode.RANKING_UNAVAILABLE)
