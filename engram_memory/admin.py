@@ -79,5 +79,11 @@ class MemoryAdmin:
             return state_digest(reader)
 
     def reap_keys(self) -> int:
-        """Destroy keys whose destruction was committed but not confirmed; return how many."""
+        """Destroy keys whose destruction was committed but not confirmed; return how many.
+
+        Raises:
+            EngramError: ``STORE_UNAVAILABLE`` (retriable) when the vault could not destroy some
+                of them: they stay doomed, and a later call retries them. A failure is never
+                reported as "nothing to reap".
+        """
         return self._service._write.guard.reap()  # noqa: SLF001 - same package

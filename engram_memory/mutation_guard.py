@@ -291,12 +291,27 @@ class MutationGuard:
             raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="doomed keys not destroyed") from exc
 
     def reap(self) -> int:
-        """Destroy every scope's doomed keys (:meth:`destroy_keys` per scope); return how many."""
-        reaped = 0
+        """Destroy every scope's doomed keys; return how many.
+
+        Every scope is tried, one vault call each.
+
+        Raises:
+            EngramError: ``STORE_UNAVAILABLE`` (retriable) if any scope's keys could not be
+                destroyed (they stay doomed; the other scopes' are destroyed).
+        """
+        reaped, failed = 0, 0
         for scope in self._store.scopes():
             with self.read(scope) as reader:
                 doomed = reader.doomed_keys()
-            reaped += self.destroy_keys(scope, doomed)
+            try:
+                self.destroy_doomed(scope, doomed)
+            except EngramError:
+                _log.exception("doomed keys of a scope not destroyed")
+                failed += len(doomed)
+            else:
+                reaped += len(doomed)
+        if failed:
+            raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=f"{failed} doomed keys not destroyed, {reaped} were")
         return reaped
 
     def destroy_in_unit(self, unit: UnitOfWork, key_ref: str) -> None:

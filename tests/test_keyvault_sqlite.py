@@ -373,3 +373,38 @@ class TestSQLiteKeyVault(KeyVaultConformance):
     @pytest.fixture
     def key_material(self) -> KeyMaterial | None:
         return _reveal
+
+
+def test_the_master_key_file_never_exists_half_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key is written to a private staging file and linked into place: a concurrent opener or a
+    crash sees no file or the whole key, never an empty one."""
+    key_path = tmp_path / "vault.key"
+    existed_while_writing: list[bool] = []
+    real_write = os.write
+
+    def spying_write(fd: int, data: bytes) -> int:
+        existed_while_writing.append(key_path.exists())
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", spying_write)
+    SQLiteKeyVault(tmp_path / "vault.db", master_key_file=key_path).close()
+    monkeypatch.undo()
+    assert existed_while_writing == [False]
+    assert len(key_path.read_bytes()) == 32
+    assert key_path.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == []
+
+
+def test_without_hard_links_the_master_key_file_is_written_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*_: object) -> None:
+        raise PermissionError("no hard links here")
+
+    monkeypatch.setattr(os, "link", refuse)
+    SQLiteKeyVault(tmp_path / "vault.db", master_key_file=tmp_path / "vault.key").close()
+    monkeypatch.undo()
+    key = (tmp_path / "vault.key").read_bytes()
+    assert len(key) == 32
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    SQLiteKeyVault(tmp_path / "vault.db", master_key_file=tmp_path / "vault.key").close()  # the same key opens it

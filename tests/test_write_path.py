@@ -24,6 +24,7 @@ import pytest
 from engram_memory import DefaultPolicy, ErrorCode, JsonRpcCode, ManualClock, MemoryAdmin, MemoryService, ProtocolError
 from engram_memory.canonical import format_instant, record_id_from_digest
 from engram_memory.context import HostBinding
+from engram_memory.errors import EngramError
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.ports import CandidateRow, RecordRow, SealedEnvelope
 from engram_memory.records import candidate_context
@@ -437,6 +438,12 @@ def test_reap_keys_finishes_a_failed_destruction(harness: Harness, store: InMemo
     key_ref = _sealed(store, candidate_id).key_ref
     vault.failures = 1
     ok(harness.withdraw(A, candidate_id, make_key("reap-w")))
+    assert vault.holds(key_ref)
+    assert store.raw_partition(A.scope).doomed == {key_ref}
+    vault.failures = 1
+    with pytest.raises(EngramError) as failed:  # a failure is never "nothing to reap"
+        MemoryAdmin(harness.service).reap_keys()
+    assert failed.value.code is ErrorCode.STORE_UNAVAILABLE
     assert vault.holds(key_ref)
     assert store.raw_partition(A.scope).doomed == {key_ref}
     assert MemoryAdmin(harness.service).reap_keys() == 1

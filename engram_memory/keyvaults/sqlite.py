@@ -47,7 +47,7 @@ from engram_memory.keyvaults._aead import new_key, open_sealed, seal_with
 from engram_memory.ports import SealedEnvelope
 from engram_memory.stores.sqlite._errors import translate
 from engram_memory.stores.sqlite._files import create_private
-from engram_memory.stores.sqlite._schema import Migration, SchemaSpec, migrate
+from engram_memory.stores.sqlite._schema import Migration, SchemaSpec, enter_wal, migrate
 
 __all__ = ["VAULT_SCHEMA", "MasterKeyError", "SQLiteKeyVault"]
 
@@ -136,28 +136,54 @@ def _read_key_file(path: Path) -> bytes | None:
 
 
 def _create_key_file(path: Path) -> bytes:
-    """Create ``path`` with a fresh random master key, mode 0600 (or read it if a peer won the race)."""
+    """Create ``path`` with a fresh random master key, mode 0600 (or read it if a peer won the race).
+
+    The key is written and synced in a private staging file that is then hard-linked into place,
+    so ``path`` never exists half-written: a concurrent opener, or a crash, sees either no file or
+    the whole key. On a file system without hard links the key is written in place (``O_EXCL``).
+    """
     key = secrets.token_bytes(_KEY_BYTES)
+    staging = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        existing = _read_key_file(path)
-        if existing is None:  # pragma: no cover - created then removed by someone else
-            raise MasterKeyError("the master key file vanished while it was being created") from None
-        return existing
+        _write_new(staging, key)
+        try:
+            os.link(staging, path)
+        except FileExistsError:
+            return _peer_key(path)
+        except OSError:  # no hard links here
+            try:
+                _write_new(path, key)
+            except FileExistsError:
+                return _peer_key(path)
     except OSError as exc:
         raise MasterKeyError("the master key file cannot be created") from exc
-    try:
-        os.write(fd, key)
-        os.fsync(fd)
     finally:
-        os.close(fd)
+        with suppress(OSError):
+            staging.unlink()
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)
     finally:
         os.close(directory)
     return key
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Create ``path`` (mode 0600; ``FileExistsError`` if it exists), write ``data`` and sync it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _peer_key(path: Path) -> bytes:
+    """The key a concurrent opener created first."""
+    existing = _read_key_file(path)
+    if existing is None:  # pragma: no cover - created then removed by someone else
+        raise MasterKeyError("the master key file vanished while it was being created")
+    return existing
 
 
 class SQLiteKeyVault:
@@ -227,16 +253,16 @@ class SQLiteKeyVault:
             raise translate(exc, "open vault") from exc
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            enter_wal(conn, VAULT_SCHEMA, busy_timeout_ms=busy_timeout_ms)  # nothing written to a foreign file
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA secure_delete = ON")
             conn.execute("PRAGMA trusted_schema = OFF")
         except sqlite3.Error as exc:
             conn.close()
             raise translate(exc, "open vault") from exc
-        if str(mode).lower() != "wal":
+        except BaseException:
             conn.close()
-            raise StoreUnavailableError("the key vault cannot run in WAL mode")
+            raise
         return conn
 
     def _open_master(self, master_key: bytes | None, master_key_file: str | os.PathLike[str] | None) -> bytes:

@@ -61,7 +61,7 @@ from engram_memory.stores.sqlite._errors import (
     translated,
 )
 from engram_memory.stores.sqlite._files import create_private
-from engram_memory.stores.sqlite._schema import STORE_SCHEMA, migrate, schema_version
+from engram_memory.stores.sqlite._schema import STORE_SCHEMA, enter_wal, migrate, schema_version
 
 __all__ = ["MigrationLedgerError", "SQLiteStore", "SchemaVersionError"]
 
@@ -685,7 +685,7 @@ class SQLiteStore:
             raise translate(exc, "open") from exc
         try:
             conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            enter_wal(conn, STORE_SCHEMA, busy_timeout_ms=self._busy_timeout_ms)  # nothing written to a foreign file
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA secure_delete = ON")
             conn.execute("PRAGMA foreign_keys = ON")
@@ -693,9 +693,9 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             conn.close()
             raise translate(exc, "open") from exc
-        if str(mode).lower() != "wal":
+        except BaseException:
             conn.close()
-            raise StoreUnavailableError("the database cannot run in WAL mode")
+            raise
         self._owners[id(conn)] = os.getpid()
         return conn
 

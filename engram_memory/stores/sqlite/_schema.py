@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import time
 from collections.abc import Callable
 
 import attrs
 
-from engram_memory.stores.sqlite._errors import MigrationLedgerError, SchemaVersionError
+from engram_memory.errors import StoreUnavailableError
+from engram_memory.stores.sqlite._errors import MigrationLedgerError, SchemaVersionError, is_busy
 
 __all__ = [
     "STORE_APPLICATION_ID",
@@ -368,6 +370,40 @@ def _check(conn: sqlite3.Connection, spec: SchemaSpec) -> int:
             f"schema ledger does not match the shipped {spec.kind} migrations", found=version, supported=spec.latest
         )
     return version
+
+
+def enter_wal(conn: sqlite3.Connection, spec: SchemaSpec, *, busy_timeout_ms: int) -> None:
+    """Check, reading only, that the file is empty or a ``spec.kind`` database; then switch it to WAL.
+
+    A file that is not ours is refused before anything is written to it (switching to WAL rewrites
+    its header and creates the ``-wal`` and ``-shm`` files). The switch waits up to
+    ``busy_timeout_ms`` for a file another connection is opening: SQLite does not apply its busy
+    timeout to it.
+
+    Raises:
+        MigrationLedgerError: a foreign file or ledger (:class:`SchemaVersionError`: a newer one).
+        StoreUnavailableError: the file cannot run in WAL mode.
+        sqlite3.Error: the caller translates it.
+    """
+    conn.execute("BEGIN")
+    try:
+        _check(conn, spec)
+    finally:
+        conn.execute("ROLLBACK")
+    if str(_switch_to_wal(conn, busy_timeout_ms)).lower() != "wal":
+        raise StoreUnavailableError(f"the {spec.kind} file cannot run in WAL mode")
+
+
+def _switch_to_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> object:
+    """``PRAGMA journal_mode = WAL``, retried while the file is busy, for up to ``busy_timeout_ms``."""
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
 
 
 def migrate(
