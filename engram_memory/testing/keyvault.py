@@ -7,9 +7,12 @@ Bind it with one fixture::
         def vault(self) -> MyVault:
             return MyVault(...)
 
-Capability fixture: ``key_material`` may return a callable that reveals the raw key bytes of a
+Capability fixtures: ``key_material`` may return a callable that reveals the raw key bytes of a
 ``key_ref`` (test-only access); the suite then also proves the key never appears in ``repr``
 or exception text. By default it returns ``None`` and only plaintext leaks are checked.
+``complete_destruction`` must return a callable that carries out scheduled destructions (drain a
+queue, advance a fake clock) when the vault's ``destroys_synchronously`` is false: the suite then
+checks that destroyed keys are gone, and fails a scheduling vault that does not provide it.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ import pytest
 from engram_memory.errors import KeyUnavailableError, SealIntegrityError
 from engram_memory.ports import KeyVault, SealedEnvelope
 
-__all__ = ["KeyMaterial", "KeyVaultConformance"]
+__all__ = ["CompleteDestruction", "KeyMaterial", "KeyVaultConformance"]
 
 KeyMaterial = Callable[[KeyVault, str], bytes]
 """Reveals the raw key bytes behind a key ref (only a test binding can provide this)."""
+CompleteDestruction = Callable[[KeyVault], None]
+"""Carries out a scheduling vault's pending destructions (only a test binding can provide this)."""
 
 CONTEXT = "sha256:" + "ab" * 32
 OTHER_CONTEXT = "sha256:" + "cd" * 32
@@ -55,6 +60,20 @@ class KeyVaultConformance:
     def key_material(self) -> KeyMaterial | None:
         """Capability: reveals raw key bytes so the suite can look for them; ``None`` by default."""
         return None
+
+    @pytest.fixture
+    def complete_destruction(self) -> CompleteDestruction | None:
+        """Capability, required for a vault that schedules destruction; ``None`` by default."""
+        return None
+
+    @staticmethod
+    def _finish(vault: KeyVault, complete_destruction: CompleteDestruction | None) -> None:
+        """Carry out scheduled destructions; a scheduling vault that cannot be checked fails."""
+        if vault.destroys_synchronously:
+            return
+        if complete_destruction is None:
+            pytest.fail("a vault that schedules destruction must provide the complete_destruction fixture")
+        complete_destruction(vault)
 
     def test_seal_then_open_round_trips(self, vault: KeyVault) -> None:
         """Opening with the sealing context returns the exact plaintext."""
@@ -106,12 +125,13 @@ class KeyVaultConformance:
         with pytest.raises(SealIntegrityError):
             vault.open(attrs.evolve(first, key_ref=second.key_ref), CONTEXT)
 
-    def test_a_destroyed_key_is_unavailable(self, vault: KeyVault) -> None:
-        """After ``destroy`` the envelope no longer opens: KeyUnavailableError."""
+    def test_a_destroyed_key_is_unavailable(
+        self, vault: KeyVault, complete_destruction: CompleteDestruction | None
+    ) -> None:
+        """After ``destroy`` (and, for a scheduling vault, its completion) the envelope no longer opens."""
         envelope = vault.seal(CONTEXT, PLAINTEXT)
         vault.destroy(envelope.key_ref)
-        if not vault.destroys_synchronously:
-            pytest.skip("the vault schedules destruction")
+        self._finish(vault, complete_destruction)
         with pytest.raises(KeyUnavailableError):
             vault.open(envelope, CONTEXT)
 
@@ -122,14 +142,15 @@ class KeyVaultConformance:
         vault.destroy(doomed.key_ref)
         assert vault.open(kept, OTHER_CONTEXT) == b"kept"
 
-    def test_one_call_destroys_several_keys(self, vault: KeyVault) -> None:
+    def test_one_call_destroys_several_keys(
+        self, vault: KeyVault, complete_destruction: CompleteDestruction | None
+    ) -> None:
         """``destroy(a, b, unknown)`` destroys ``a`` and ``b``, ignores ``unknown`` and keeps the rest."""
         first, second, kept = (vault.seal(CONTEXT, PLAINTEXT) for _ in range(3))
         vault.destroy(first.key_ref, second.key_ref, "key_that_never_existed")
         vault.destroy()
+        self._finish(vault, complete_destruction)
         assert vault.open(kept, CONTEXT) == PLAINTEXT
-        if not vault.destroys_synchronously:
-            pytest.skip("the vault schedules destruction")
         for envelope in (first, second):
             with pytest.raises(KeyUnavailableError):
                 vault.open(envelope, CONTEXT)
