@@ -10,6 +10,7 @@ import pytest
 
 from engram_memory.ports import KeyVault
 from engram_memory.testing import KeyVaultConformance
+from engram_memory.testing.keyvault import CompleteDestruction
 
 ROOT = Path(__file__).resolve().parent.parent
 _BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
@@ -43,3 +44,7 @@ class TestTheDocumentedKmsVaultConforms(KeyVaultConformance):
         assert callable(factory)
         made: KeyVault = factory()
         return made
+
+    @pytest.fixture
+    def complete_destruction(self) -> CompleteDestruction | None:
+        return lambda vault: vault.purge()  # type: ignore[attr-defined]  # the documented scheduled deletion
