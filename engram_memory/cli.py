@@ -1,13 +1,15 @@
 """The ``engram-memory`` command: a narrated demo and operator commands.
 
 ``engram-memory demo [--db PATH]`` walks through the whole governance model on an embedded
-SQLite file; ``verify --db PATH`` and ``stats --db PATH`` inspect an existing database.
+SQLite file; ``verify --db PATH`` and ``stats --db PATH`` inspect an existing database and never
+modify it: a store or vault file at another schema version is refused, not migrated.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import sqlite3
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -22,12 +24,17 @@ from engram_memory.clock import ManualClock
 from engram_memory.connect import connect
 from engram_memory.context import ALL_TOOLS, Confirmation, HostBinding
 from engram_memory.errors import EngramError, PortError, ProtocolError
+from engram_memory.keyvaults.sqlite import VAULT_SCHEMA
 from engram_memory.policy import DefaultPolicy
 from engram_memory.service import MemoryService
+from engram_memory.stores.sqlite._schema import STORE_APPLICATION_ID, STORE_SCHEMA
 
 __all__ = ["main"]
 
 Say = Callable[[str], None]
+
+_URL_UNSAFE = frozenset("?#%")
+"""Characters a ``sqlite:///`` URL refuses in its path (see :func:`~engram_memory.connect.connect`)."""
 
 
 def _digest_of(text: str) -> str:
@@ -89,9 +96,9 @@ def _confirmed(
 
 
 def run_demo(db: Path, say: Say) -> int:  # noqa: PLR0915 - a linear narrated script
-    """Run the narrated end-to-end scenario on ``db``; return the exit status."""
+    """Run the narrated end-to-end scenario on ``db``; return 0, or 1 if a journal does not verify."""
     clock = ManualClock()
-    service = connect(f"sqlite:///{db}", policy=DefaultPolicy(admission="accept"), clock=clock)
+    service = connect(_sqlite_url(db), policy=DefaultPolicy(admission="accept"), clock=clock)
     admin = MemoryAdmin(service)
     acme = HostBinding(
         tenant_id="acme",
@@ -159,11 +166,13 @@ def run_demo(db: Path, say: Say) -> int:  # noqa: PLR0915 - a linear narrated sc
     guard = {"candidate_id": recaptured, "idempotency_key": "demo-admission-0003"}
     _show(say, "request_admission", service.call_tool("engram_memory_request_admission", guard, acme))
     say("6. the journal verifies")
+    status = 0
     for tenant in ("acme", "globex"):
         report = admin.verify(tenant_id=tenant, workspace_id="platform")
         say(f"  verify {tenant}: {'ok' if report.ok else report.code} (journal height {report.high_water})")
+        status = status if report.ok else 1
     service.close()
-    return 0
+    return status
 
 
 def _cmd_demo(options: argparse.Namespace) -> int:
@@ -176,13 +185,53 @@ def _cmd_demo(options: argparse.Namespace) -> int:
         return run_demo(Path(folder) / "demo.db", print)
 
 
+def _sqlite_url(db: str | Path) -> str:
+    """The ``sqlite:///`` URL of the file ``db``; exits if the path cannot be written as one."""
+    if _URL_UNSAFE.intersection(str(db)):
+        raise SystemExit(f"cannot use {db}: a database path must not contain '?', '#' or '%'")
+    return f"sqlite:///{db}"
+
+
+def _require_current_schema(path: str, what: str, application_id: int, current: int) -> None:
+    """Exit unless ``path`` is an engram-memory ``what`` file at schema ``current``; read it read-only.
+
+    Without a ``-wal`` file the database file holds every commit, and ``immutable`` reads it without
+    leaving the empty ``-wal`` and ``-shm`` files a read-only WAL connection creates.
+    """
+    query = "?mode=ro" if Path(f"{path}-wal").exists() else "?mode=ro&immutable=1"
+    try:
+        conn = sqlite3.connect(Path(path).absolute().as_uri() + query, uri=True)
+        try:
+            found_id: int = conn.execute("PRAGMA application_id").fetchone()[0]
+            version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise SystemExit(f"cannot open {path}: {exc}") from None
+    if found_id != application_id or version == 0:
+        raise SystemExit(f"cannot open {path}: not an engram-memory {what}")
+    if version < current:
+        raise SystemExit(
+            f"cannot open {path}: {what} schema version {version} is outdated (current: {current}); "
+            "this command never modifies the file, and opening it with the library (connect()) migrates it"
+        )
+    if version > current:
+        raise SystemExit(
+            f"cannot open {path}: {what} schema version {version} is newer than this engram-memory "
+            f"supports ({current}); upgrade engram-memory"
+        )
+
+
 def _open_existing(db: str) -> MemoryService:
-    """Open an existing database with its vault and key file; never create either."""
+    """Open an existing database with its vault and key file; never create or migrate either."""
     for path, what in ((db, "database"), (f"{db}.vault", "key vault"), (f"{db}.key", "master key file")):
         if not Path(path).exists():
             raise SystemExit(f"no {what} at {path}")
+    url = _sqlite_url(db)
+    _require_current_schema(db, "store", STORE_APPLICATION_ID, STORE_SCHEMA.latest)
+    _require_current_schema(f"{db}.vault", VAULT_SCHEMA.kind, VAULT_SCHEMA.application_id, VAULT_SCHEMA.latest)
     try:
-        return connect(f"sqlite:///{db}")
+        return connect(url)
     except (EngramError, PortError) as exc:
         raise SystemExit(f"cannot open {db}: {exc}") from None
 
@@ -222,7 +271,7 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
     except ImportError:
         raise SystemExit("serve-mcp needs the MCP extra: pip install 'engram-memory-core[mcp]'") from None
     policy = DefaultPolicy(admission=options.admission)
-    service = connect(f"sqlite:///{options.db}", policy=policy)
+    service = connect(_sqlite_url(options.db), policy=policy)
     binding = HostBinding(
         tenant_id=options.tenant,
         workspace_id=options.workspace,
@@ -259,7 +308,8 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Re-derive every scope's journal hash chain and folded state and compare them with the stored "
             "state and sealed bodies. Prints one line per scope; exits 1 at the first scope that fails, naming "
-            "the code (JOURNAL_CORRUPT, CURSOR_GAP, BLOB_MISSING) and the first bad cursor."
+            "the code (JOURNAL_CORRUPT, CURSOR_GAP, BLOB_MISSING) and the first bad cursor. Never modifies the "
+            "files: a database or key vault at another schema version is refused, not migrated."
         ),
     )
     verify.add_argument("--db", required=True, help="the SQLite database file")
@@ -269,7 +319,8 @@ def _parser() -> argparse.ArgumentParser:
         help="counts per scope and state, and journal height",
         description=(
             "Print, for every scope of an existing database, its journal height and how many candidates and "
-            "records are in each lifecycle state. Reads only; never prints content."
+            "records are in each lifecycle state. Reads only; never prints content. A database or key vault at "
+            "another schema version is refused, not migrated."
         ),
     )
     stats.add_argument("--db", required=True, help="the SQLite database file")

@@ -15,6 +15,7 @@ from engram_memory.stores.memory import InMemoryStore
 __all__ = ["connect"]
 
 _SQLITE: Final = "sqlite:///"
+_SYNCHRONOUS: Final = frozenset({"FULL", "NORMAL"})
 
 
 def connect(
@@ -37,14 +38,22 @@ def connect(
       whose data keys are wrapped under ``master_key`` or, when none is given, under a key file
       ``<path>.key`` created with owner-only permissions. ``synchronous`` is ``"FULL"`` (durable at
       every commit, the default) or ``"NORMAL"`` (faster; the last commits may be lost on power
-      failure, never corrupted). ``sqlite:///:memory:`` is refused: use ``"memory:"``.
+      failure, never corrupted). ``sqlite:///:memory:`` is refused: use ``"memory:"``. The path is
+      taken literally: a query string (``?``), a fragment (``#``) or a percent-escape (``%``) is
+      refused, never ignored; options are keyword arguments.
 
     The policy defaults to :class:`~engram_memory.DefaultPolicy` (every candidate waits for host
     adjudication), the clock to the system clock.
 
     Raises:
-        ValueError: an unsupported or malformed URL.
+        ValueError: an unsupported or malformed URL, ``synchronous`` other than ``"FULL"`` or
+            ``"NORMAL"``, or ``master_key`` where no SQLite key vault is opened (with ``"memory:"``
+            or together with ``vault``). Raised before any file is created.
     """
+    if synchronous not in _SYNCHRONOUS:
+        raise ValueError("synchronous must be 'FULL' or 'NORMAL'")
+    if master_key is not None and (url == "memory:" or vault is not None):
+        raise ValueError("master_key applies only to a sqlite URL without vault=: it opens the SQLite key vault")
     policy = policy if policy is not None else DefaultPolicy()
     clock = clock if clock is not None else SystemClock()
     store: Store
@@ -52,9 +61,7 @@ def connect(
         store = InMemoryStore()
         vault = vault if vault is not None else InMemoryKeyVault()
     elif url.startswith(_SQLITE):
-        path = url.removeprefix(_SQLITE)
-        if not path or path == ":memory:" or path.startswith("file:"):
-            raise ValueError("sqlite URL needs a file path; use 'memory:' for an in-memory service")
+        path = _sqlite_path(url)
         from engram_memory.stores.sqlite import SQLiteStore  # noqa: PLC0415 - the core never imports sqlite3
 
         store = SQLiteStore(path, synchronous=synchronous)
@@ -73,3 +80,21 @@ def connect(
         raise ValueError("unsupported memory URL; use 'memory:' or 'sqlite:///path'")
     extra = {"audit_ids": audit_ids} if audit_ids is not None else {}
     return MemoryService(store=store, vault=vault, policy=policy, clock=clock, ranker=ranker, **extra)
+
+
+def _sqlite_path(url: str) -> str:
+    """The file path of a ``sqlite:///`` URL, taken literally.
+
+    Raises:
+        ValueError: no file path, ``:memory:`` or ``file:``, or a query string, fragment or percent-escape.
+    """
+    path = url.removeprefix(_SQLITE)
+    if "?" in path:
+        raise ValueError("sqlite URL must not carry a query string; pass options as keyword arguments")
+    if "#" in path:
+        raise ValueError("sqlite URL must not carry a fragment")
+    if "%" in path:
+        raise ValueError("sqlite URL must not contain percent-escapes; the path is taken literally")
+    if not path or path == ":memory:" or path.startswith("file:"):
+        raise ValueError("sqlite URL needs a file path; use 'memory:' for an in-memory service")
+    return path

@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from engram_memory.admin import MemoryAdmin
 from engram_memory.cli import main
 from engram_memory.context import scope_key
+from engram_memory.errors import ErrorCode
+from engram_memory.journal import VerifyReport
+from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, SQLiteKeyVault
+from engram_memory.stores.sqlite import _seed_secret
+from engram_memory.stores.sqlite._schema import STORE_APPLICATION_ID, STORE_SCHEMA, migrate
 
 ACME = scope_key("acme", "platform")
 """The scope the demo writes to (its second tenant, globex, never gets a journal event)."""
@@ -198,3 +204,147 @@ def test_demo_refuses_an_existing_database(demo_db: Path) -> None:
         main(["demo", "--db", str(demo_db)])
     assert "already exists" in str(exit_.value.code)
     assert demo_db.read_bytes() == before
+
+
+# --------------------------------------------------------------------------- exit status and read-only inspection
+
+
+def test_demo_exits_one_when_its_verification_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing(self: MemoryAdmin, *, tenant_id: str, workspace_id: str) -> VerifyReport:
+        return VerifyReport(ok=False, high_water=6, code=ErrorCode.JOURNAL_CORRUPT, cursor=3)
+
+    monkeypatch.setattr(MemoryAdmin, "verify", failing)
+    status, lines = _run(["demo", "--db", str(tmp_path / "demo.db")], capsys)
+    assert status == 1
+    assert lines[-2:] == [
+        "  verify acme: JOURNAL_CORRUPT (journal height 6)",
+        "  verify globex: JOURNAL_CORRUPT (journal height 6)",
+    ]
+
+
+@pytest.mark.parametrize("name", ["a?b.db", "a#b.db", "50%.db"])
+def test_demo_refuses_a_path_a_sqlite_url_cannot_carry(name: str, tmp_path: Path) -> None:
+    db = tmp_path / name
+    exit_ = _exit_of(["demo", "--db", str(db)])
+    assert exit_.code == f"cannot use {db}: a database path must not contain '?', '#' or '%'"
+    assert list(tmp_path.iterdir()) == []
+
+
+def _marks(path: Path) -> tuple[int, int]:
+    """``(application_id, user_version)``, read through a read-only connection."""
+    conn = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True)
+    try:
+        return conn.execute("PRAGMA application_id").fetchone()[0], conn.execute("PRAGMA user_version").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+
+
+@pytest.fixture
+def old_db(tmp_path: Path) -> Path:
+    """A store written at schema version 1 (an older release), with a current vault and key file."""
+    db = tmp_path / "old.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        migrate(conn, STORE_SCHEMA, target=1, seed=_seed_secret)
+    finally:
+        conn.close()
+    SQLiteKeyVault(f"{db}.vault", master_key_file=f"{db}.key").close()
+    return db
+
+
+@pytest.mark.parametrize("command", ["verify", "stats"])
+def test_an_outdated_store_is_refused_and_left_unmigrated(command: str, old_db: Path) -> None:
+    before = _files(old_db.parent)
+    exit_ = _exit_of([command, "--db", str(old_db)])
+    assert exit_.code == (
+        f"cannot open {old_db}: store schema version 1 is outdated (current: {STORE_SCHEMA.latest}); "
+        "this command never modifies the file, and opening it with the library (connect()) migrates it"
+    )
+    assert _files(old_db.parent) == before
+    assert _marks(old_db) == (STORE_APPLICATION_ID, 1)
+
+
+def test_an_outdated_store_exits_non_zero_from_the_shell(old_db: Path) -> None:
+    before = _files(old_db.parent)
+    done = _cli("stats", "--db", old_db.name, cwd=old_db.parent)
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert "store schema version 1 is outdated" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert _files(old_db.parent) == before
+
+
+def _set_user_version(path: Path, version: int) -> None:
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(f"PRAGMA user_version = {version}")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("command", ["verify", "stats"])
+def test_a_newer_store_is_refused_untouched(command: str, demo_db: Path) -> None:
+    _set_user_version(demo_db, 99)
+    before = _files(demo_db.parent)
+    exit_ = _exit_of([command, "--db", str(demo_db)])
+    assert exit_.code == (
+        f"cannot open {demo_db}: store schema version 99 is newer than this engram-memory supports "
+        f"({STORE_SCHEMA.latest}); upgrade engram-memory"
+    )
+    assert _files(demo_db.parent) == before
+
+
+@pytest.mark.parametrize("command", ["verify", "stats"])
+def test_a_newer_vault_is_refused_untouched(command: str, demo_db: Path) -> None:
+    vault = Path(f"{demo_db}.vault")
+    _set_user_version(vault, 99)
+    before = _files(demo_db.parent)
+    exit_ = _exit_of([command, "--db", str(demo_db)])
+    assert exit_.code == (
+        f"cannot open {vault}: key vault schema version 99 is newer than this engram-memory supports "
+        f"({VAULT_SCHEMA.latest}); upgrade engram-memory"
+    )
+    assert _files(demo_db.parent) == before
+    assert _marks(vault) == (VAULT_SCHEMA.application_id, 99)
+
+
+@pytest.mark.parametrize("command", ["verify", "stats"])
+def test_an_empty_vault_file_is_refused_not_initialised(command: str, demo_db: Path) -> None:
+    vault = Path(f"{demo_db}.vault")
+    vault.write_bytes(b"")
+    before = _files(demo_db.parent)
+    exit_ = _exit_of([command, "--db", str(demo_db)])
+    assert exit_.code == f"cannot open {vault}: not an engram-memory key vault"
+    assert _files(demo_db.parent) == before
+
+
+@pytest.mark.parametrize("command", ["verify", "stats"])
+def test_a_current_database_is_inspected_without_a_byte_changed(
+    command: str, demo_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = _files(demo_db.parent)
+    assert main([command, "--db", str(demo_db)]) == 0
+    capsys.readouterr()
+    assert _files(demo_db.parent) == before
+    assert _marks(demo_db) == (STORE_APPLICATION_ID, STORE_SCHEMA.latest)
+
+
+def test_an_outdated_store_in_use_is_refused_and_left_unmigrated(old_db: Path) -> None:
+    other = sqlite3.connect(old_db)  # another process has it open: its -wal and -shm exist
+    try:
+        assert other.execute("PRAGMA user_version").fetchone()[0] == 1
+        before = old_db.read_bytes()
+        exit_ = _exit_of(["stats", "--db", str(old_db)])
+        assert "store schema version 1 is outdated" in str(exit_.code)
+        assert old_db.read_bytes() == before
+        assert other.execute("PRAGMA user_version").fetchone()[0] == 1
+    finally:
+        other.close()
+    assert _marks(old_db) == (STORE_APPLICATION_ID, 1)

@@ -1,0 +1,103 @@
+"""``connect()`` refuses what it cannot honour: URL options, malformed paths, misplaced keyword options.
+
+Every refusal is a ``ValueError`` raised before any file is created; every documented URL form still opens.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from engram_memory.connect import connect
+from engram_memory.keyvaults.memory import InMemoryKeyVault
+
+KEY = bytes(range(32))
+QUERY = "sqlite URL must not carry a query string; pass options as keyword arguments"
+FRAGMENT = "sqlite URL must not carry a fragment"
+PERCENT = "sqlite URL must not contain percent-escapes; the path is taken literally"
+NO_PATH = "sqlite URL needs a file path; use 'memory:' for an in-memory service"
+MASTER_KEY = "master_key applies only to a sqlite URL without vault=: it opens the SQLite key vault"
+SYNCHRONOUS = "synchronous must be 'FULL' or 'NORMAL'"
+
+
+@pytest.fixture
+def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty working directory: relative sqlite paths land here."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _refused(message: str, url: str, **options: object) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        connect(url, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        pytest.param("sqlite:///a.db?mode=ro", QUERY, id="query"),
+        pytest.param("sqlite:///b.db?synchronous=OFF", QUERY, id="query-option"),
+        pytest.param("sqlite:///a.db?", QUERY, id="empty-query"),
+        pytest.param("sqlite:///c.db#frag", FRAGMENT, id="fragment"),
+        pytest.param("sqlite:///my%20db.db", PERCENT, id="percent-escape"),
+        pytest.param("sqlite:///100%.db", PERCENT, id="bare-percent"),
+        pytest.param("sqlite:///", NO_PATH, id="no-path"),
+        pytest.param("sqlite:///:memory:", NO_PATH, id="sqlite-memory"),
+        pytest.param("sqlite:///file:a.db", NO_PATH, id="file-uri"),
+    ],
+)
+def test_a_malformed_sqlite_url_is_refused_and_creates_nothing(url: str, message: str, folder: Path) -> None:
+    _refused(message, url)
+    assert list(folder.iterdir()) == []
+
+
+def test_an_absolute_url_with_a_query_is_refused(folder: Path) -> None:
+    _refused(QUERY, f"sqlite:///{folder / 'a.db'}?mode=ro")
+    assert list(folder.iterdir()) == []
+
+
+def test_an_unsupported_url_is_refused() -> None:
+    _refused("unsupported memory URL; use 'memory:' or 'sqlite:///path'", "postgres://localhost/db")
+
+
+@pytest.mark.parametrize("key", [KEY, b"short"], ids=["valid-key", "short-key"])
+def test_master_key_with_memory_is_refused(key: bytes) -> None:
+    _refused(MASTER_KEY, "memory:", master_key=key)
+
+
+def test_master_key_together_with_a_vault_is_refused(folder: Path) -> None:
+    _refused(MASTER_KEY, "sqlite:///e.db", vault=InMemoryKeyVault(), master_key=KEY)
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("url", ["memory:", "sqlite:///s.db"])
+@pytest.mark.parametrize("value", ["OFF", "full", "EXTRA", ""])
+def test_an_undocumented_synchronous_value_is_refused(url: str, value: str, folder: Path) -> None:
+    _refused(SYNCHRONOUS, url, synchronous=value)
+    assert list(folder.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- documented forms keep working
+
+
+def test_memory_opens_with_either_synchronous_value() -> None:
+    for synchronous in ("FULL", "NORMAL"):
+        connect("memory:", synchronous=synchronous).close()
+
+
+def test_a_relative_path_opens_with_its_vault_and_key_file(folder: Path) -> None:
+    connect("sqlite:///memory.db").close()
+    assert sorted(path.name for path in folder.iterdir()) == ["memory.db", "memory.db.key", "memory.db.vault"]
+
+
+def test_an_absolute_path_opens_with_a_master_key(folder: Path) -> None:
+    connect(f"sqlite:///{folder / 'memory.db'}", master_key=KEY, synchronous="NORMAL").close()
+    connect(f"sqlite:////{folder.relative_to('/') / 'memory.db'}", master_key=KEY).close()  # four slashes
+    assert sorted(path.name for path in folder.iterdir()) == ["memory.db", "memory.db.vault"]
+
+
+def test_a_given_vault_replaces_the_sqlite_vault(folder: Path) -> None:
+    connect("sqlite:///memory.db", vault=InMemoryKeyVault()).close()
+    assert sorted(path.name for path in folder.iterdir()) == ["memory.db"]
