@@ -19,12 +19,17 @@ from engram_memory.canonical import (
     canonical_bytes,
     digest,
     format_cursor,
+    parse_plain,
 )
 from engram_memory.errors import ErrorCode, KeyUnavailableError, SealIntegrityError
-from engram_memory.ports import JournalEvent, KeyVault, StoreReader
-from engram_memory.records import candidate_context, record_context
+from engram_memory.ports import FIELDS, JournalEvent, KeyVault, RecordRow, SealedEnvelope, StoreReader, occurrence_key
+from engram_memory.ranking.tokenizer import term_frequencies
+from engram_memory.records import candidate_context, record_context, rederived
 
 __all__ = ["VerifyReport", "build_event", "state_digest", "verify_scope"]
+
+_Problem = tuple[int, ErrorCode, str]
+"""A verify finding: the cursor it is reported at, its code and detail."""
 
 _CANDIDATE_STATES = {"capture": "pending", "reject": "rejected", "withdraw": "withdrawn", "accept": "admitted"}
 
@@ -81,6 +86,15 @@ def verify_scope(reader: StoreReader, vault: KeyVault, scope: str) -> VerifyRepo
     not hash to its digest, a broken chain, a state that disagrees with the fold, a sealed body
     that does not authenticate) or ``BLOB_MISSING`` (a live candidate or record without its sealed
     body or key), each with the first bad cursor.
+
+    State the fold and the opened bodies derive is ``JOURNAL_CORRUPT`` too, at the record's last
+    event: a tombstoned record's payload digest missing from the tombstones; an untrusted row; a
+    current row whose body does not re-derive its id and digest, or whose accept cursor, payload
+    digest, valid time or retention expiry differ from the fold and its body; a current record
+    missing from the index or from the postings of the term it is looked up under (with its body's
+    occurrence key); an indexed record that is not current. Index statistics that differ from the
+    indexed documents are reported at the high water. The cost is one pass over each of the
+    scope's events, rows and indexed ids, plus at most one read of its postings.
     """
     high_water = reader.high_water()
     previous = ZERO_DIGEST
@@ -117,7 +131,7 @@ def verify_scope(reader: StoreReader, vault: KeyVault, scope: str) -> VerifyRepo
     return _check_state(reader, vault, scope, candidates, records, high_water)
 
 
-def _check_state(  # noqa: C901, PLR0917 - one pass over the fold, private helper
+def _check_state(  # noqa: PLR0917 - the fold of verify_scope, private helper
     reader: StoreReader,
     vault: KeyVault,
     scope: str,
@@ -125,40 +139,160 @@ def _check_state(  # noqa: C901, PLR0917 - one pass over the fold, private helpe
     records: dict[str, tuple[str, int, str]],
     high_water: int,
 ) -> VerifyReport:
-    stored_candidates = {row.candidate_id: row for row in reader.candidates()}
+    problems = _check_candidates(reader, vault, scope, candidates, high_water)
+    index = _IndexCheck(reader)
     stored_records = {row.record_id: row for row in reader.records()}
-    problems: list[tuple[int, ErrorCode, str]] = []
-    for cid, (state, cursor) in candidates.items():
-        row = stored_candidates.pop(cid, None)
-        if row is None or row.state != state:
-            problems.append((cursor, ErrorCode.JOURNAL_CORRUPT, "candidate state differs from the fold"))
-        elif state == "pending":
-            problem = _check_sealed(vault, row.sealed, candidate_context(scope, cid))
-            if problem is not None:
-                problems.append((cursor, *problem))
     for rid, (state, cursor, record_digest) in records.items():
         record_row = stored_records.pop(rid, None)
         if record_row is None or record_row.state != state or record_row.record_digest != record_digest:
             problems.append((cursor, ErrorCode.JOURNAL_CORRUPT, "record state differs from the fold"))
-        elif state != "tombstoned":
-            problem = _check_sealed(vault, record_row.sealed, record_context(scope, rid))
-            if problem is not None:
-                problems.append((cursor, *problem))
-    if stored_candidates or stored_records:
+            continue
+        problem = _check_record(reader, vault, scope, record_row, cursor, index)
+        if problem is not None:
+            problems.append((cursor, *problem))
+    if stored_records:
         problems.append((high_water, ErrorCode.JOURNAL_CORRUPT, "state rows without journal events"))
+    problems += index.check_documents(records, high_water)
     if not problems:
         return VerifyReport(ok=True, high_water=high_water)
     cursor, code, detail = min(problems, key=lambda p: p[0])
     return _fail(code, cursor, high_water, detail)
 
 
-def _check_sealed(vault: KeyVault, sealed: Any, context: str) -> tuple[ErrorCode, str] | None:
+def _check_candidates(
+    reader: StoreReader, vault: KeyVault, scope: str, candidates: dict[str, tuple[str, int]], high_water: int
+) -> list[_Problem]:
+    """Candidate rows against the fold; a pending one's sealed body must open."""
+    stored_candidates = {row.candidate_id: row for row in reader.candidates()}
+    problems: list[_Problem] = []
+    for cid, (state, cursor) in candidates.items():
+        row = stored_candidates.pop(cid, None)
+        if row is None or row.state != state:
+            problems.append((cursor, ErrorCode.JOURNAL_CORRUPT, "candidate state differs from the fold"))
+        elif state == "pending":
+            opened = _open_sealed(vault, row.sealed, candidate_context(scope, cid))
+            if isinstance(opened, tuple):
+                problems.append((cursor, *opened))
+    if stored_candidates:
+        problems.append((high_water, ErrorCode.JOURNAL_CORRUPT, "state rows without journal events"))
+    return problems
+
+
+def _check_record(  # noqa: PLR0917 - private helper of _check_state
+    reader: StoreReader, vault: KeyVault, scope: str, row: RecordRow, cursor: int, index: _IndexCheck
+) -> tuple[ErrorCode, str] | None:
+    """A record row whose state the fold confirmed, against what the fold and its body derive.
+
+    No event revokes trust, so every row is trust valid. A tombstoned row's payload digest is in
+    the scope's tombstones (its body is gone: nothing else of it can be re-derived). A current
+    row's accept cursor is its fold cursor, its sealed body opens, re-derives the row's id and
+    digest and holds the row's payload digest and eligibility times, and its index entry is found.
+    """
+    if not row.trust_valid:
+        return ErrorCode.JOURNAL_CORRUPT, "record trust differs from the fold"
+    if row.state == "tombstoned":
+        tombstoned = reader.is_tombstoned_payload(row.payload_digest)
+        return None if tombstoned else (ErrorCode.JOURNAL_CORRUPT, "tombstoned payload is not in the tombstones")
+    if row.accepted_cursor != cursor:
+        return ErrorCode.JOURNAL_CORRUPT, "record accept cursor differs from the fold"
+    opened = _open_sealed(vault, row.sealed, record_context(scope, row.record_id))
+    if isinstance(opened, tuple):
+        return opened
+    record = _rederived(opened, row)
+    if isinstance(record, str):
+        return ErrorCode.JOURNAL_CORRUPT, record
+    return index.check_record(row.record_id, record)
+
+
+def _rederived(plaintext: bytes, row: RecordRow) -> dict[str, Any] | str:
+    """The opened record body if it re-derives ``row`` (:func:`~engram_memory.records.rederived`), else why not."""
+    try:
+        record, plain = parse_plain(plaintext)
+        if rederived(record, row, plain=plain) is not None:
+            opened: dict[str, Any] = record
+            return opened
+    except (ValueError, CanonicalError):
+        pass
+    return "record body does not re-derive its row"
+
+
+class _IndexCheck:
+    """The scope's lexical index against the fold and the opened bodies of its current records.
+
+    Each current record is looked up in the postings of one of its terms (a term already read
+    when it has one, else its first), with the occurrence key its body derives; each term's
+    postings are read once, so the whole check reads at most the scope's postings once.
+    """
+
+    def __init__(self, reader: StoreReader) -> None:
+        self._reader = reader
+        self._postings: dict[str, dict[str, str]] = {}  # term -> record id -> occurrence key
+        self._lengths = [0] * len(FIELDS)
+        self._measured = 0
+        self._dangling = False
+
+    def check_record(self, record_id: str, record: dict[str, Any]) -> tuple[ErrorCode, str] | None:
+        """Whether a current record's index entry is found under one of its body's terms."""
+        lengths, terms = term_frequencies(record)
+        self._lengths = [total + length for total, length in zip(self._lengths, lengths, strict=True)]
+        self._measured += 1
+        if not terms:
+            return None
+        term = next((term for term in terms if term in self._postings), None)
+        if term is None:
+            term = next(iter(terms))
+            self._postings[term] = self._read(term)
+        if self._postings[term].get(record_id) != occurrence_key(terms[term], lengths):
+            return ErrorCode.JOURNAL_CORRUPT, "record is missing from the postings of its terms"
+        return None
+
+    def _read(self, term: str) -> dict[str, str]:
+        documents, occurrences = self._reader.term_postings(term)
+        entries = self._reader.index_entries(documents)
+        self._dangling = self._dangling or len(entries) != len(set(documents))
+        return {
+            entries[document].record_id: occurrence
+            for document, occurrence in zip(documents, occurrences, strict=True)
+            if document in entries
+        }
+
+    def check_documents(self, records: dict[str, tuple[str, int, str]], high_water: int) -> list[_Problem]:
+        """The indexed ids are exactly the fold's current records; the statistics match them.
+
+        A current record missing from the index is reported at its accept cursor, an indexed record
+        that is not current at its last event (``high_water`` if it has none), statistics that differ
+        and postings of documents that are not indexed at ``high_water``.
+        """
+        current = {rid: cursor for rid, (state, cursor, _) in records.items() if state == "accepted_current"}
+        indexed = set(self._reader.indexed_ids())
+        problems: list[_Problem] = [
+            (current[rid], ErrorCode.JOURNAL_CORRUPT, "current record is not indexed")
+            for rid in current.keys() - indexed
+        ]
+        problems += [
+            (
+                records[rid][1] if rid in records else high_water,
+                ErrorCode.JOURNAL_CORRUPT,
+                "indexed record is not current",
+            )
+            for rid in indexed - current.keys()
+        ]
+        stats = self._reader.index_stats()
+        measured = self._measured == len(current)
+        if stats.documents != len(indexed) or (measured and stats.total_lengths != tuple(self._lengths)):
+            problems.append((high_water, ErrorCode.JOURNAL_CORRUPT, "index statistics differ from the index"))
+        if self._dangling:
+            problems.append((high_water, ErrorCode.JOURNAL_CORRUPT, "postings of a document that is not indexed"))
+        return problems
+
+
+def _open_sealed(vault: KeyVault, sealed: SealedEnvelope | None, context: str) -> bytes | tuple[ErrorCode, str]:
+    """The plaintext of a sealed body, or the problem that keeps it closed."""
     if sealed is None:
         return ErrorCode.BLOB_MISSING, "sealed body is missing"
     try:
-        vault.open(sealed, context)
+        return vault.open(sealed, context)
     except KeyUnavailableError:
         return ErrorCode.BLOB_MISSING, "data key is missing"
     except SealIntegrityError:
         return ErrorCode.JOURNAL_CORRUPT, "sealed body does not authenticate"
-    return None

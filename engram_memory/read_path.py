@@ -49,7 +49,6 @@ from engram_memory.canonical import (
     epoch_ms,
     format_cursor,
     format_instant,
-    parse_instant,
     parse_plain,
     receipt_digest,
     sealed_receipt,
@@ -77,7 +76,7 @@ from engram_memory.ports import (
 )
 from engram_memory.ranking.bm25f import CANDIDATE_CAP
 from engram_memory.ranking.eligibility import row_is_eligible
-from engram_memory.records import authorization_for, record_context, record_forms
+from engram_memory.records import authorization_for, record_context, rederived
 from engram_memory.redaction import redact_record
 from engram_memory.results import GetResult, RecordPacket, SearchResult
 from engram_memory.store_access import read_view
@@ -148,7 +147,7 @@ class ReadPath:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="record body altered") from exc
         try:
             record, plain = parse_plain(plaintext)
-            whole = _rederived(record, row, plain=plain)
+            whole = rederived(record, row, plain=plain)
         except (ValueError, CanonicalError) as exc:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="record body unreadable") from exc
         if whole is None:
@@ -519,44 +518,6 @@ class ReadPath:
             read_receipt=read_receipt,
             packet_digest=digest_bytes(Domain.GET_PACKET, body),
         )
-
-
-def _rederived(record: Any, row: RecordRow, *, plain: bool) -> bytes | None:
-    """The canonical bytes of an opened body if it re-derives the row, else ``None``.
-
-    The body must carry the row's id and digest, hash to that digest, and hold the row's
-    eligibility times (``valid_time`` and retention expiry), so a row edited on disk can never make
-    a record readable that its sealed body says is not.
-
-    Raises:
-        CanonicalError: the body has no canonical form.
-    """
-    if not (
-        isinstance(record, dict)
-        and record.get("record_id") == row.record_id
-        and record.get("record_digest") == row.record_digest
-        and _holds_row_times(record, row)
-    ):
-        return None
-    rest, whole = record_forms(record, plain=plain)
-    return whole if digest_bytes(Domain.RECORD, rest) == row.record_digest else None
-
-
-def _holds_row_times(record: dict[str, Any], row: RecordRow) -> bool:
-    """Whether the body's ``valid_time`` and retention expiry are the row's eligibility times."""
-    valid_time, retention = record.get("valid_time"), record.get("retention")
-    if not (isinstance(valid_time, dict) and isinstance(retention, dict)):
-        return False
-    expires_at = retention.get("expires_at")
-    try:
-        expires_ms = None if expires_at is None else epoch_ms(parse_instant(expires_at))
-    except ValueError:
-        return False
-    return (
-        valid_time.get("t") == row.valid_from
-        and valid_time.get("t_end") == row.valid_to
-        and expires_ms == row.expires_at_ms
-    )
 
 
 def _packet_bytes(packet: RecordPacket, record_bytes: bytes) -> bytes:

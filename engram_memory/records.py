@@ -14,11 +14,14 @@ from engram_memory.canonical import (
     canonical_bytes,
     canonical_plain,
     digest,
+    digest_bytes,
+    epoch_ms,
+    parse_instant,
     receipt_digest,
     record_id_from_digest,
 )
 from engram_memory.context import HostBinding
-from engram_memory.ports import Policy
+from engram_memory.ports import Policy, RecordRow
 
 __all__ = [
     "authorization_for",
@@ -29,6 +32,7 @@ __all__ = [
     "complete_payload",
     "record_context",
     "record_forms",
+    "rederived",
     "transaction_receipt",
     "trust_binding",
 ]
@@ -222,3 +226,43 @@ def _without_once(whole: bytes, members: bytes) -> bytes | None:
     if whole[end : end + 1] == b",":
         return whole[:start] + whole[end + 1 :]
     return whole[:start] + whole[end:]
+
+
+def rederived(record: Any, row: RecordRow, *, plain: bool = False) -> bytes | None:
+    """The canonical bytes of an opened record body if it re-derives ``row``, else ``None``.
+
+    The body must carry the row's ``record_id`` and ``record_digest``, hash to that digest, and
+    hold the row's ``payload_digest`` and eligibility times (``valid_time`` and the retention
+    expiry), so a row edited on disk can never make readable what its sealed body does not say.
+    ``plain``: as for :func:`record_forms`.
+
+    Raises:
+        CanonicalError: the body has no canonical form.
+    """
+    if not (
+        isinstance(record, dict)
+        and record.get("record_id") == row.record_id
+        and record.get("record_digest") == row.record_digest
+        and record.get("payload_digest") == row.payload_digest
+        and _holds_row_times(record, row)
+    ):
+        return None
+    rest, whole = record_forms(record, plain=plain)
+    return whole if digest_bytes(Domain.RECORD, rest) == row.record_digest else None
+
+
+def _holds_row_times(record: dict[str, Any], row: RecordRow) -> bool:
+    """Whether the body's ``valid_time`` and retention expiry are the row's eligibility times."""
+    valid_time, retention = record.get("valid_time"), record.get("retention")
+    if not (isinstance(valid_time, dict) and isinstance(retention, dict)):
+        return False
+    expires_at = retention.get("expires_at")
+    try:
+        expires_ms = None if expires_at is None else epoch_ms(parse_instant(expires_at))
+    except ValueError:
+        return False
+    return (
+        valid_time.get("t") == row.valid_from
+        and valid_time.get("t_end") == row.valid_to
+        and expires_ms == row.expires_at_ms
+    )

@@ -1,0 +1,229 @@
+"""``verify`` re-derives the state around the fold (DESIGN D14): tombstones, record rows, the index.
+
+Each backend holds one scope whose journal is::
+
+    1 capture c1   2 accept c1 → r1   3 capture c2   4 accept c2 → r2
+    5 capture c3   6 accept c3 → r3   7 forget r1
+
+Each test alters state that the journal events do not carry but the fold and the opened bodies
+derive — the tombstones the forgotten-content guard reads (D7), a record row's payload digest,
+trust or eligibility times, the indexed documents, the postings — and checks that ``verify`` is
+``JOURNAL_CORRUPT`` at the altered record's last event. The in-memory store is altered through a
+unit of work or its raw partition, the SQLite file with ``sqlite3`` while the service is closed;
+the untampered world verifies (checked when it is built).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import pytest
+
+from engram_memory import DefaultPolicy, ManualClock, MemoryAdmin, MemoryService
+from engram_memory.canonical import ZERO_DIGEST
+from engram_memory.connect import connect
+from engram_memory.errors import ErrorCode
+from engram_memory.journal import VerifyReport
+from engram_memory.keyvaults.memory import InMemoryKeyVault
+from engram_memory.ports import IndexedDocument, RecordRow
+from engram_memory.stores.memory import InMemoryStore
+from engram_memory.testing import Harness, distinctive_words, make_binding
+
+A: Final = make_binding("tenant-verify", "workspace-state")
+HIGH_WATER: Final = 7
+CURSORS: Final = {"r1": 7, "r2": 4, "r3": 6}
+"""The cursor each record is reported at: its last event (r1 was forgotten at 7)."""
+
+
+def _build(harness: Harness) -> dict[str, str]:
+    records: dict[str, str] = {}
+    for name in ("r1", "r2", "r3"):
+        _, records[name] = harness.accepted(A, f"idempotency-key:verify-{name}", words=distinctive_words(name))
+    assert harness.forget(A, records["r1"], "idempotency-key:verify-forget-r1")["ok"]
+    return records
+
+
+def _verify(service: MemoryService) -> VerifyReport:
+    return MemoryAdmin(service).verify(tenant_id=A.tenant_id, workspace_id=A.workspace_id)
+
+
+def _assert_corrupt_at(report: VerifyReport, cursor: int) -> None:
+    assert (report.ok, report.code, report.cursor) == (False, ErrorCode.JOURNAL_CORRUPT, cursor), report
+
+
+# --------------------------------------------------------------------------- in-memory store
+
+
+@attrs.frozen
+class _MemoryWorld:
+    store: InMemoryStore
+    service: MemoryService
+    records: dict[str, str]
+
+    def row(self, name: str) -> RecordRow:
+        with self.store.read(A.scope) as reader:
+            row = reader.record(self.records[name])
+        assert row is not None
+        return row
+
+    def put(self, name: str, **changes: Any) -> None:
+        row = attrs.evolve(self.row(name), **changes)
+        with self.store.write(A.scope) as unit:
+            unit.put_record(row)
+
+
+@pytest.fixture
+def memory() -> _MemoryWorld:
+    store = InMemoryStore(secret=b"v" * 32)
+    clock = ManualClock()
+    service = MemoryService(
+        store=store, vault=InMemoryKeyVault(), policy=DefaultPolicy(admission="accept"), clock=clock
+    )
+    records = _build(Harness(service, clock))
+    assert _verify(service) == VerifyReport(ok=True, high_water=HIGH_WATER)
+    return _MemoryWorld(store=store, service=service, records=records)
+
+
+def test_memory_lost_tombstones_are_journal_corrupt_at_the_forget(memory: _MemoryWorld) -> None:
+    memory.store.raw_partition(A.scope).tombstones.clear()
+    _assert_corrupt_at(_verify(memory.service), CURSORS["r1"])
+
+
+def test_memory_tombstoned_row_with_another_payload_digest(memory: _MemoryWorld) -> None:
+    memory.put("r1", payload_digest=ZERO_DIGEST)
+    _assert_corrupt_at(_verify(memory.service), CURSORS["r1"])
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"payload_digest": ZERO_DIGEST},
+        {"trust_valid": False},
+        {"valid_from": 0},
+        {"valid_to": 1},
+        {"expires_at_ms": 1},
+        {"accepted_cursor": 2},
+    ],
+    ids=lambda changes: next(iter(changes)),
+)
+def test_memory_live_row_that_its_body_does_not_hold(memory: _MemoryWorld, changes: dict[str, Any]) -> None:
+    memory.put("r3", **changes)
+    _assert_corrupt_at(_verify(memory.service), CURSORS["r3"])
+
+
+def test_memory_trust_revoked_on_a_tombstoned_row(memory: _MemoryWorld) -> None:
+    memory.put("r1", trust_valid=False)
+    _assert_corrupt_at(_verify(memory.service), CURSORS["r1"])
+
+
+def test_memory_current_record_missing_from_the_index(memory: _MemoryWorld) -> None:
+    with memory.store.write(A.scope) as unit:
+        unit.unindex(memory.records["r2"])
+    _assert_corrupt_at(_verify(memory.service), CURSORS["r2"])
+
+
+def test_memory_forgotten_record_back_in_the_index(memory: _MemoryWorld) -> None:
+    row = memory.row("r1")
+    document = IndexedDocument(
+        record_id=row.record_id,
+        lengths=(1, 0, 0, 0, 0),
+        terms={"zebra": (1, 0, 0, 0, 0)},
+        valid_from=row.valid_from,
+        valid_to=row.valid_to,
+        expires_at_ms=row.expires_at_ms,
+    )
+    with memory.store.write(A.scope) as unit:
+        unit.index_document(document)
+    _assert_corrupt_at(_verify(memory.service), CURSORS["r1"])
+
+
+def test_memory_record_dropped_from_the_postings(memory: _MemoryWorld) -> None:
+    for bucket in memory.store.raw_partition(A.scope).occurrences.values():
+        bucket.pop(memory.records["r3"], None)
+    _assert_corrupt_at(_verify(memory.service), CURSORS["r3"])
+
+
+def test_memory_postings_with_other_occurrences(memory: _MemoryWorld) -> None:
+    for bucket in memory.store.raw_partition(A.scope).occurrences.values():
+        if memory.records["r2"] in bucket:
+            bucket[memory.records["r2"]] = "0:9:9"
+    _assert_corrupt_at(_verify(memory.service), CURSORS["r2"])
+
+
+def test_memory_index_statistics_that_differ_from_the_documents(memory: _MemoryWorld) -> None:
+    memory.store.raw_partition(A.scope).total_lengths[0] += 1
+    _assert_corrupt_at(_verify(memory.service), HIGH_WATER)
+
+
+# --------------------------------------------------------------------------- SQLite file
+
+
+@attrs.frozen
+class _SqliteWorld:
+    db: Path
+    records: dict[str, str]
+
+    def execute(self, sql: str, record: str) -> int:
+        """One statement (``:record``, ``:digest``) through a separate ``sqlite3`` connection; rows changed."""
+        raw = sqlite3.connect(self.db)
+        try:
+            with raw:
+                changed = raw.execute(sql, {"record": self.records[record], "digest": ZERO_DIGEST}).rowcount
+        finally:
+            raw.close()
+        return changed
+
+    def verify(self) -> VerifyReport:
+        service = _open(self.db)
+        try:
+            return _verify(service)
+        finally:
+            service.close()
+
+
+def _open(db: Path) -> MemoryService:
+    return connect("sqlite:///" + str(db), policy=DefaultPolicy(admission="accept"), clock=ManualClock())
+
+
+@pytest.fixture
+def on_disk(tmp_path: Path) -> _SqliteWorld:
+    db = tmp_path / "verify.db"
+    service = _open(db)
+    try:
+        assert isinstance(service.clock, ManualClock)
+        records = _build(Harness(service, service.clock))
+        assert _verify(service) == VerifyReport(ok=True, high_water=HIGH_WATER)
+    finally:
+        service.close()
+    return _SqliteWorld(db=db, records=records)
+
+
+SQLITE_TAMPERS: Final = {  # name: (statement, the record it alters); the file holds one scope
+    "delete-tombstones": ("DELETE FROM tombstones", "r1"),
+    "tombstoned-payload-digest": ("UPDATE records SET payload_digest = :digest WHERE record_id = :record", "r1"),
+    "live-payload-digest": ("UPDATE records SET payload_digest = :digest WHERE record_id = :record", "r2"),
+    "live-trust-invalid": ("UPDATE records SET trust_valid = 0 WHERE record_id = :record", "r3"),
+    "live-valid-from": ("UPDATE records SET valid_from = 0 WHERE record_id = :record", "r3"),
+    "live-valid-to": ("UPDATE records SET valid_to = 1 WHERE record_id = :record", "r2"),
+    "live-expires-at": ("UPDATE records SET expires_at_ms = 1 WHERE record_id = :record", "r3"),
+    "delete-postings": ("DELETE FROM postings", "r2"),  # reported at the first current record
+    "delete-postings-of-one-record": (
+        "DELETE FROM postings WHERE doc = (SELECT doc FROM records WHERE record_id = :record)",
+        "r3",
+    ),
+    "other-occurrences": (
+        "UPDATE postings SET occurrence = '0:9:9' WHERE doc = (SELECT doc FROM records WHERE record_id = :record)",
+        "r2",
+    ),
+    "delete-document": ("DELETE FROM documents WHERE record_id = :record", "r3"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SQLITE_TAMPERS))
+def test_sqlite_tampered_state_is_journal_corrupt_at_the_record(on_disk: _SqliteWorld, name: str) -> None:
+    statement, record = SQLITE_TAMPERS[name]
+    assert on_disk.execute(statement, record) >= 1
+    _assert_corrupt_at(on_disk.verify(), CURSORS[record])
