@@ -290,29 +290,22 @@ def _set_user_version(path: Path, version: int) -> None:
 
 
 @pytest.mark.parametrize("command", ["verify", "stats"])
-def test_a_newer_store_is_refused_untouched(command: str, demo_db: Path) -> None:
-    _set_user_version(demo_db, 99)
+@pytest.mark.parametrize(
+    ("suffix", "what", "latest"), [("", "store", STORE_SCHEMA.latest), (".vault", "key vault", VAULT_SCHEMA.latest)]
+)
+def test_a_newer_store_or_vault_is_refused_untouched(
+    command: str, suffix: str, what: str, latest: int, demo_db: Path
+) -> None:
+    newer = Path(f"{demo_db}{suffix}")
+    _set_user_version(newer, 99)
     before = _files(demo_db.parent)
     exit_ = _exit_of([command, "--db", str(demo_db)])
     assert exit_.code == (
-        f"cannot open {demo_db}: store schema version 99 is newer than this engram-memory supports "
-        f"({STORE_SCHEMA.latest}); upgrade engram-memory"
+        f"cannot open {newer}: {what} schema version 99 is newer than this engram-memory supports "
+        f"({latest}); upgrade engram-memory"
     )
     assert _files(demo_db.parent) == before
-
-
-@pytest.mark.parametrize("command", ["verify", "stats"])
-def test_a_newer_vault_is_refused_untouched(command: str, demo_db: Path) -> None:
-    vault = Path(f"{demo_db}.vault")
-    _set_user_version(vault, 99)
-    before = _files(demo_db.parent)
-    exit_ = _exit_of([command, "--db", str(demo_db)])
-    assert exit_.code == (
-        f"cannot open {vault}: key vault schema version 99 is newer than this engram-memory supports "
-        f"({VAULT_SCHEMA.latest}); upgrade engram-memory"
-    )
-    assert _files(demo_db.parent) == before
-    assert _marks(vault) == (VAULT_SCHEMA.application_id, 99)
+    assert _marks(newer)[1] == 99
 
 
 @pytest.mark.parametrize("command", ["verify", "stats"])
