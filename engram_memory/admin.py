@@ -45,6 +45,10 @@ class MemoryAdmin:
     ) -> RequestAdmissionResult:
         """Accept or reject a candidate left ``pending_adjudication``, as the host.
 
+        This is the only way to admit content that was forgotten in the scope (the forgotten-content
+        guard, DESIGN D7, holds such a candidate ``pending_adjudication`` for an agent's request):
+        the host's decision here is the human judgement that re-admits it.
+
         Raises:
             EngramError: ``NOT_FOUND`` for an unknown candidate, ``ALREADY_TERMINAL`` when it was
                 rejected or withdrawn (an admitted one answers ``duplicate_exact``).

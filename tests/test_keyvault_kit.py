@@ -1,13 +1,17 @@
-"""The KeyVault conformance kit checks scheduled destruction too: a vault that schedules its
-destructions passes only if they happen, and one that never destroys anything fails."""
+"""The conformance kits check scheduled destruction too: a vault that schedules its destructions
+passes the KeyVault and the service kits only if they happen, and one that never destroys fails."""
 
 from __future__ import annotations
 
 import pytest
 
+from engram_memory import DefaultPolicy, ManualClock, MemoryService
 from engram_memory.keyvaults.memory import InMemoryKeyVault
-from engram_memory.ports import KeyVault
+from engram_memory.ports import Clock, KeyVault
+from engram_memory.stores.memory import InMemoryStore
+from engram_memory.testing import Harness, ServiceConformance, ServiceFactory, with_policy
 from engram_memory.testing.keyvault import CompleteDestruction, KeyVaultConformance
+from engram_memory.testing.service import ACCEPT
 
 
 class SchedulingVault(InMemoryKeyVault):
@@ -57,3 +61,31 @@ def test_a_vault_that_never_destroys_fails_the_kit(check: str) -> None:
     kit = KeyVaultConformance()
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         getattr(kit, check)(SchedulingVault(drains=False), _drain)
+
+
+class TestAServiceOnASchedulingVault(ServiceConformance):
+    @pytest.fixture
+    def service_factory(self) -> ServiceFactory:
+        store, vault = InMemoryStore(secret=b"s" * 32), SchedulingVault()
+
+        def factory(clock: Clock) -> MemoryService:
+            return MemoryService(store=store, vault=vault, policy=DefaultPolicy(), clock=clock)
+
+        return factory
+
+    @pytest.fixture
+    def complete_destruction(self) -> CompleteDestruction | None:
+        return _drain
+
+
+def test_a_service_on_a_vault_that_never_destroys_fails_the_service_kit() -> None:
+    store, vault = InMemoryStore(secret=b"s" * 32), SchedulingVault(drains=False)
+
+    def factory(clock: Clock) -> MemoryService:
+        return MemoryService(store=store, vault=vault, policy=DefaultPolicy(), clock=clock)
+
+    clock = ManualClock()
+    harness = Harness(with_policy(factory(clock), ACCEPT), clock)
+    kit = TestAServiceOnASchedulingVault()
+    with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
+        kit.test_withdraw_ends_the_candidate_and_destroys_its_key(harness, _drain)

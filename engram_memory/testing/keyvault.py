@@ -26,7 +26,7 @@ import pytest
 from engram_memory.errors import KeyUnavailableError, SealIntegrityError
 from engram_memory.ports import KeyVault, SealedEnvelope
 
-__all__ = ["CompleteDestruction", "KeyMaterial", "KeyVaultConformance"]
+__all__ = ["CompleteDestruction", "KeyMaterial", "KeyVaultConformance", "finish_destruction"]
 
 KeyMaterial = Callable[[KeyVault, str], bytes]
 """Reveals the raw key bytes behind a key ref (only a test binding can provide this)."""
@@ -36,6 +36,19 @@ CompleteDestruction = Callable[[KeyVault], None]
 CONTEXT = "sha256:" + "ab" * 32
 OTHER_CONTEXT = "sha256:" + "cd" * 32
 PLAINTEXT = b'{"text":"zqkeyvaultplaintext conformance"}'
+
+
+def finish_destruction(vault: KeyVault, complete_destruction: CompleteDestruction | None) -> None:
+    """Carry out a scheduling vault's destructions, so a kit can check them; fail if it cannot.
+
+    A vault that destroys synchronously needs nothing. One that schedules destruction must come
+    with ``complete_destruction``: a kit never skips a check it could not make.
+    """
+    if vault.destroys_synchronously:
+        return
+    if complete_destruction is None:
+        pytest.fail("a vault that schedules destruction must provide the complete_destruction fixture")
+    complete_destruction(vault)
 
 
 def _flip(data: bytes, position: int) -> bytes:
@@ -65,15 +78,6 @@ class KeyVaultConformance:
     def complete_destruction(self) -> CompleteDestruction | None:
         """Capability, required for a vault that schedules destruction; ``None`` by default."""
         return None
-
-    @staticmethod
-    def _finish(vault: KeyVault, complete_destruction: CompleteDestruction | None) -> None:
-        """Carry out scheduled destructions; a scheduling vault that cannot be checked fails."""
-        if vault.destroys_synchronously:
-            return
-        if complete_destruction is None:
-            pytest.fail("a vault that schedules destruction must provide the complete_destruction fixture")
-        complete_destruction(vault)
 
     def test_seal_then_open_round_trips(self, vault: KeyVault) -> None:
         """Opening with the sealing context returns the exact plaintext."""
@@ -131,7 +135,7 @@ class KeyVaultConformance:
         """After ``destroy`` (and, for a scheduling vault, its completion) the envelope no longer opens."""
         envelope = vault.seal(CONTEXT, PLAINTEXT)
         vault.destroy(envelope.key_ref)
-        self._finish(vault, complete_destruction)
+        finish_destruction(vault, complete_destruction)
         with pytest.raises(KeyUnavailableError):
             vault.open(envelope, CONTEXT)
 
@@ -149,7 +153,7 @@ class KeyVaultConformance:
         first, second, kept = (vault.seal(CONTEXT, PLAINTEXT) for _ in range(3))
         vault.destroy(first.key_ref, second.key_ref, "key_that_never_existed")
         vault.destroy()
-        self._finish(vault, complete_destruction)
+        finish_destruction(vault, complete_destruction)
         assert vault.open(kept, CONTEXT) == PLAINTEXT
         for envelope in (first, second):
             with pytest.raises(KeyUnavailableError):

@@ -67,6 +67,7 @@ from engram_memory.testing.fakes import (
     ok,
     with_policy,
 )
+from engram_memory.testing.keyvault import CompleteDestruction, finish_destruction
 
 __all__ = ["ReplaceEventBody", "ScopeContents", "ServiceConformance"]
 
@@ -173,6 +174,11 @@ class ServiceConformance:
     @pytest.fixture
     def replace_event_body(self) -> ReplaceEventBody | None:
         """Capability: overwrite one stored event body."""
+        return None
+
+    @pytest.fixture
+    def complete_destruction(self) -> CompleteDestruction | None:
+        """Required for a vault that schedules destruction (see ``KeyVaultConformance``)."""
         return None
 
     @pytest.fixture
@@ -721,7 +727,9 @@ class ServiceConformance:
 
     # ------------------------------------------------------------------ D5 / D6 withdraw
 
-    def test_withdraw_ends_the_candidate_and_destroys_its_key(self, harness: Harness) -> None:
+    def test_withdraw_ends_the_candidate_and_destroys_its_key(
+        self, harness: Harness, complete_destruction: CompleteDestruction | None
+    ) -> None:
         """D5/D6: withdraw → withdrawn, the envelope no longer opens, key destruction reported."""
         candidate_id = harness.pending(A, make_key("withdraw"))
         sealed = self.sealed_candidate(harness, A, candidate_id)
@@ -736,9 +744,9 @@ class ServiceConformance:
         assert is_digest(receipt["transaction_receipt_digest"])
         sync = harness.service.vault.destroys_synchronously
         assert value["key_destruction"] == ("complete" if sync else "pending")
-        if sync:
-            with pytest.raises(KeyUnavailableError):
-                harness.service.vault.open(sealed, candidate_context(A.scope, candidate_id))
+        finish_destruction(harness.service.vault, complete_destruction)
+        with pytest.raises(KeyUnavailableError):
+            harness.service.vault.open(sealed, candidate_context(A.scope, candidate_id))
         with harness.service.store.read(A.scope) as reader:
             row = reader.candidate(candidate_id)
             assert row is not None
@@ -773,7 +781,9 @@ class ServiceConformance:
             fail(harness.withdraw(A, admitted, make_key("w-adm-2")), ErrorCode.ILLEGAL_TRANSITION, retriable=False)
             fail(harness.withdraw(A, UNKNOWN_CANDIDATE, make_key("w-unk")), ErrorCode.NOT_FOUND, retriable=False)
 
-    def test_admission_destroys_the_candidate_key(self, harness: Harness) -> None:
+    def test_admission_destroys_the_candidate_key(
+        self, harness: Harness, complete_destruction: CompleteDestruction | None
+    ) -> None:
         """D6: accept and reject both destroy the candidate's data key."""
         accepted = harness.pending(A, make_key("key-accept"))
         rejected = harness.pending(A, make_key("key-reject"))
@@ -781,15 +791,16 @@ class ServiceConformance:
         ok(harness.admit(A, accepted, make_key("key-accept-req")))
         harness.use(REJECT)
         ok(harness.admit(A, rejected, make_key("key-reject-req")))
-        if not harness.service.vault.destroys_synchronously:
-            pytest.skip("the vault schedules destruction")
+        finish_destruction(harness.service.vault, complete_destruction)
         for candidate_id, envelope in sealed.items():
             with pytest.raises(KeyUnavailableError):
                 harness.service.vault.open(envelope, candidate_context(A.scope, candidate_id))
 
     # ------------------------------------------------------------------ D5 / D6 forget
 
-    def test_forget_tombstones_erases_the_body_and_purges_the_index(self, harness: Harness) -> None:
+    def test_forget_tombstones_erases_the_body_and_purges_the_index(
+        self, harness: Harness, complete_destruction: CompleteDestruction | None
+    ) -> None:
         """D5/D6: forget → tombstoned, body key destroyed, postings of its words empty."""
         words = distinctive_words("forgotten")
         _, record_id = harness.accepted(A, make_key("forget"), words=words)
@@ -812,9 +823,9 @@ class ServiceConformance:
             assert list(reader.indexed_ids()) == []
             assert reader.index_stats().documents == 0
             assert reader.is_tombstoned_payload(row.payload_digest)
-        if harness.service.vault.destroys_synchronously:
-            with pytest.raises(KeyUnavailableError):
-                harness.service.vault.open(sealed, record_context(A.scope, record_id))
+        finish_destruction(harness.service.vault, complete_destruction)
+        with pytest.raises(KeyUnavailableError):
+            harness.service.vault.open(sealed, record_context(A.scope, record_id))
         assert self.verified(harness, A) == 3
 
     def test_forget_keeps_other_records_indexed(self, harness: Harness) -> None:
@@ -1194,27 +1205,29 @@ class ServiceConformance:
             replace_event_body(store, A.scope, event.cursor, event.body)
         assert self.verified(harness, A) == len(events)
 
-    def test_a_missing_candidate_key_is_blob_missing(self, harness: Harness) -> None:
+    def test_a_missing_candidate_key_is_blob_missing(
+        self, harness: Harness, complete_destruction: CompleteDestruction | None
+    ) -> None:
         """D14: a pending candidate whose key vanished → BLOB_MISSING at its cursor."""
         harness.pending(A, make_key("blob-1"))
         lost = harness.pending(A, make_key("blob-2"))
         harness.pending(A, make_key("blob-3"))
         harness.service.vault.destroy(self.sealed_candidate(harness, A, lost).key_ref)
-        if not harness.service.vault.destroys_synchronously:
-            pytest.skip("the vault schedules destruction")
+        finish_destruction(harness.service.vault, complete_destruction)
         report = harness.admin.verify(tenant_id="tenant-a", workspace_id="workspace-1")
         assert (report.ok, report.code, report.cursor) == (False, ErrorCode.BLOB_MISSING, 2)
         with self.unchanged(harness):
             envelope = harness.admit(A, lost, make_key("blob-2-admit"))
         fail(envelope, ErrorCode.BLOB_MISSING, retriable=False)
 
-    def test_a_missing_record_key_is_blob_missing(self, harness: Harness) -> None:
+    def test_a_missing_record_key_is_blob_missing(
+        self, harness: Harness, complete_destruction: CompleteDestruction | None
+    ) -> None:
         """D14: an accepted record whose body key vanished → BLOB_MISSING at its accept cursor."""
         _, record_id = harness.accepted(A, make_key("record-blob"))
         harness.pending(A, make_key("record-blob-later"))
         harness.service.vault.destroy(self.sealed_record(harness, A, record_id).key_ref)
-        if not harness.service.vault.destroys_synchronously:
-            pytest.skip("the vault schedules destruction")
+        finish_destruction(harness.service.vault, complete_destruction)
         report = harness.admin.verify(tenant_id="tenant-a", workspace_id="workspace-1")
         assert (report.ok, report.code, report.cursor) == (False, ErrorCode.BLOB_MISSING, 2)
 
