@@ -63,15 +63,20 @@ def test_a_vault_that_never_destroys_fails_the_kit(check: str) -> None:
         getattr(kit, check)(SchedulingVault(drains=False), _drain)
 
 
+def _services(vault: SchedulingVault) -> ServiceFactory:
+    """Services over one in-memory store and ``vault``."""
+    store = InMemoryStore(secret=b"s" * 32)
+
+    def factory(clock: Clock) -> MemoryService:
+        return MemoryService(store=store, vault=vault, policy=DefaultPolicy(), clock=clock)
+
+    return factory
+
+
 class TestAServiceOnASchedulingVault(ServiceConformance):
     @pytest.fixture
     def service_factory(self) -> ServiceFactory:
-        store, vault = InMemoryStore(secret=b"s" * 32), SchedulingVault()
-
-        def factory(clock: Clock) -> MemoryService:
-            return MemoryService(store=store, vault=vault, policy=DefaultPolicy(), clock=clock)
-
-        return factory
+        return _services(SchedulingVault())
 
     @pytest.fixture
     def complete_destruction(self) -> CompleteDestruction | None:
@@ -79,13 +84,8 @@ class TestAServiceOnASchedulingVault(ServiceConformance):
 
 
 def test_a_service_on_a_vault_that_never_destroys_fails_the_service_kit() -> None:
-    store, vault = InMemoryStore(secret=b"s" * 32), SchedulingVault(drains=False)
-
-    def factory(clock: Clock) -> MemoryService:
-        return MemoryService(store=store, vault=vault, policy=DefaultPolicy(), clock=clock)
-
     clock = ManualClock()
-    harness = Harness(with_policy(factory(clock), ACCEPT), clock)
+    harness = Harness(with_policy(_services(SchedulingVault(drains=False))(clock), ACCEPT), clock)
     kit = TestAServiceOnASchedulingVault()
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         kit.test_withdraw_ends_the_candidate_and_destroys_its_key(harness, _drain)
