@@ -303,13 +303,9 @@ class MutationGuard:
         for scope in self._store.scopes():
             with self.read(scope) as reader:
                 doomed = reader.doomed_keys()
-            try:
-                self.destroy_doomed(scope, doomed)
-            except EngramError:
-                _log.exception("doomed keys of a scope not destroyed")
-                failed += len(doomed)
-            else:
-                reaped += len(doomed)
+            destroyed = self.destroy_keys(scope, doomed)
+            reaped += destroyed
+            failed += len(doomed) - destroyed
         if failed:
             raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=f"{failed} doomed keys not destroyed, {reaped} were")
         return reaped

@@ -242,7 +242,7 @@ class ReadPath:
         """
         try:
             hits = self._ranker.rank(reader, query)
-        except (EngramError, StoreUnavailableError, StoreCorruptError, _ConcurrentErasureError):
+        except (EngramError, StoreUnavailableError, StoreCorruptError):
             raise
         except Exception as exc:  # the ranker is host code (a remote semantic channel may be down)
             raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail=f"ranker failed: {type(exc).__name__}") from exc
