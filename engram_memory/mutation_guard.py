@@ -32,7 +32,16 @@ from engram_memory.errors import (
     StoreOutcomeUnknownError,
     StoreUnavailableError,
 )
-from engram_memory.ports import Clock, IdempotencyRow, KeyVault, Policy, Store, StoreReader, UnitOfWork
+from engram_memory.ports import (
+    Clock,
+    IdempotencyRow,
+    KeyVault,
+    Policy,
+    SealedEnvelope,
+    Store,
+    StoreReader,
+    UnitOfWork,
+)
 from engram_memory.records import authorization_for
 from engram_memory.store_access import read_view
 from engram_memory.wire.args import CaptureArgs, ForgetArgs, RequestAdmissionArgs, WithdrawArgs
@@ -42,6 +51,7 @@ __all__ = [
     "CONFIRMATION_MAX_AGE",
     "CONFIRMATION_TTL",
     "MUTATING_TOOLS",
+    "Attempt",
     "Mutation",
     "MutationGuard",
     "operation_target",
@@ -68,6 +78,33 @@ def operation_target(args: Mutation) -> str:
     if isinstance(args, ForgetArgs):
         return args.record_id
     return args.idempotency_key
+
+
+class Attempt:
+    """One run of a mutation's unit of work, as its body sees it.
+
+    :meth:`seal` seals under a fresh vault key and remembers the key, so the guard can destroy it
+    if the unit does not commit. :meth:`last_checks` runs the checks that can still refuse the
+    mutation inside its unit: the binding's deadline (``DEADLINE_EXCEEDED``), then the
+    confirmation's single use (``gate_failed``; consumed here). It runs at most once.
+    """
+
+    def __init__(self, vault: KeyVault, checks: Callable[[], None]) -> None:
+        self._vault = vault
+        self._checks: Callable[[], None] | None = checks
+        self.fresh_keys: list[str] = []
+
+    def seal(self, context: str, plaintext: bytes) -> SealedEnvelope:
+        """:meth:`KeyVault.seal <engram_memory.ports.KeyVault.seal>`, remembering the new key."""
+        sealed = self._vault.seal(context, plaintext)
+        self.fresh_keys.append(sealed.key_ref)
+        return sealed
+
+    def last_checks(self) -> None:
+        """Refuse the mutation now if its deadline passed or its confirmation was used."""
+        checks, self._checks = self._checks, None
+        if checks is not None:
+            checks()
 
 
 class MutationGuard:
@@ -207,44 +244,62 @@ class MutationGuard:
         key: str | None,
         intent: str | None,
         confirmation: Confirmation | None,
-        body: Callable[[UnitOfWork, Callable[[], None]], dict[str, Any]],
+        body: Callable[[UnitOfWork, Attempt], dict[str, Any]],
     ) -> tuple[dict[str, Any], bool]:
         """Run ``body`` in one unit of work that also binds the key and consumes the confirmation.
 
-        ``body(unit, last_checks)`` does the mutation's writes. ``last_checks()`` runs the checks
-        that can still refuse the mutation inside its unit: the binding's deadline
-        (``DEADLINE_EXCEEDED``), then the confirmation's single use (``gate_failed``; consumed
-        here). A body calls it right before an irreversible step (a key destruction), so no
-        refusal ever follows one; otherwise it runs after the body. It runs once per attempt.
+        ``body(unit, attempt)`` does the mutation's writes, sealing through ``attempt.seal`` and
+        calling ``attempt.last_checks()`` right before an irreversible step (see :class:`Attempt`);
+        otherwise the last checks run after the body. The body runs once per attempt (a lost race
+        re-runs it). Every key an attempt sealed under is destroyed when that attempt's unit is
+        known not to have committed, so a refused or failed mutation leaves no key behind; after
+        ``MUTATION_OUTCOME_UNKNOWN`` the last attempt's keys are kept (its unit may have committed).
 
         Returns ``(value, replayed)``: if a concurrent writer bound the same key and intent first,
         its response is returned with nothing written.
         """
+        attempts: list[Attempt] = []
 
         def work(unit: UnitOfWork) -> tuple[dict[str, Any], bool]:
             if key is not None and intent is not None:
                 existing = self.check_replay(unit.idempotency(binding.principal, key), intent)
                 if existing is not None:
                     return existing, True
-            checked = False
-
-            def last_checks() -> None:
-                nonlocal checked
-                if checked:
-                    return
-                if binding.deadline is not None and self._clock.now() >= binding.deadline:
-                    raise EngramError(ErrorCode.DEADLINE_EXCEEDED, detail="deadline passed before commit")
-                self.consume(unit, confirmation)
-                checked = True
-
-            value = body(unit, last_checks)
-            last_checks()
+            attempt = Attempt(self._vault, lambda: self._last_checks(unit, binding, confirmation))
+            attempts.append(attempt)
+            value = body(unit, attempt)
+            attempt.last_checks()
             if key is not None and intent is not None:
                 row = IdempotencyRow(intent_digest=intent, response=canonical_bytes(value))
                 unit.put_idempotency(binding.principal, key, row)
             return value, False
 
-        return self.commit(binding.scope, work)
+        try:
+            result = self.commit(binding.scope, work)
+        except EngramError as exc:
+            unknown = exc.code is ErrorCode.MUTATION_OUTCOME_UNKNOWN
+            self._discard_fresh_keys(attempts[:-1] if unknown else attempts)
+            raise
+        except Exception:
+            self._discard_fresh_keys(attempts)
+            raise
+        self._discard_fresh_keys(attempts[:-1])
+        return result
+
+    def _last_checks(self, unit: UnitOfWork, binding: HostBinding, confirmation: Confirmation | None) -> None:
+        if binding.deadline is not None and self._clock.now() >= binding.deadline:
+            raise EngramError(ErrorCode.DEADLINE_EXCEEDED, detail="deadline passed before commit")
+        self.consume(unit, confirmation)
+
+    def _discard_fresh_keys(self, attempts: Sequence[Attempt]) -> None:
+        """Destroy the keys sealed by attempts whose units did not commit (best effort)."""
+        fresh = [key_ref for attempt in attempts for key_ref in attempt.fresh_keys]
+        if not fresh:
+            return
+        try:
+            self._vault.destroy(*fresh)
+        except Exception:  # noqa: BLE001 - the vault is foreign code; the keys encrypt nothing that was stored
+            _log.exception("keys of a mutation that did not commit were not destroyed")
 
     def consume(self, unit: UnitOfWork, confirmation: Confirmation | None) -> None:
         """Consume a confirmation in the unit (``gate_failed`` if a racing call used it first)."""

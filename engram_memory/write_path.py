@@ -14,7 +14,9 @@ destroys the candidate key (and the doomed ones) right after commit. Accept doom
 in its unit (the candidate's envelope is deleted there; its content lives on in the record, sealed
 under the record's own key) and destroys doomed keys in batches of :data:`DESTROY_BATCH`, so a key
 outlives its accept only until the batch fills or the scope's next reject, withdraw or forget —
-whichever comes first — or ``MemoryAdmin.reap_keys`` or ``MemoryService.close``.
+whichever comes first — or ``MemoryAdmin.reap_keys`` or ``MemoryService.close``. Capture and
+accept seal under fresh keys through the unit's :class:`~engram_memory.mutation_guard.Attempt`, so a
+unit that does not commit leaves no key behind.
 Idempotency keys are scoped to (scope, principal) across the four tools; the stored intent is the
 digest of (tool, canonical arguments).
 """
@@ -47,7 +49,7 @@ from engram_memory.errors import (
 )
 from engram_memory.journal import build_event
 from engram_memory.lifecycle import check_admissible, check_forgettable, check_withdrawable, duplicate_value
-from engram_memory.mutation_guard import MutationGuard
+from engram_memory.mutation_guard import Attempt, MutationGuard
 from engram_memory.ports import (
     AdmissionRequest,
     CandidateRow,
@@ -97,10 +99,12 @@ WITHDRAW = "engram_memory_withdraw"
 FORGET = "engram_memory_forget"
 
 
-def store_admitted_record(unit: UnitOfWork, vault: KeyVault, scope: str, record: dict[str, Any], cursor: int) -> None:
-    """Write an accepted record in ``unit``: its row, its body sealed under a new key, its index entry."""
+def store_admitted_record(
+    unit: UnitOfWork, seal: Callable[[str, bytes], SealedEnvelope], scope: str, record: dict[str, Any], cursor: int
+) -> None:
+    """Write an accepted record in ``unit``: its row, its body sealed (``seal``) under a new key, its index entry."""
     record_id = record["record_id"]
-    sealed = vault.seal(record_context(scope, record_id), canonical_bytes(record))
+    sealed = seal(record_context(scope, record_id), canonical_bytes(record))
     valid_time = record["valid_time"]
     expires_at = record["retention"].get("expires_at")
     expires_ms = epoch_ms(parse_instant(expires_at)) if expires_at is not None else None
@@ -173,7 +177,7 @@ class WritePath:
             payload_digest=payload_digest,
         )
 
-        def work(unit: UnitOfWork, _last_checks: Callable[[], None]) -> dict[str, Any]:
+        def work(unit: UnitOfWork, attempt: Attempt) -> dict[str, Any]:
             if unit.candidate(candidate_id) is not None:
                 raise EngramError(ErrorCode.DIGEST_CONFLICT, detail="candidate identity exists")
             cursor = format_cursor(unit.high_water() + 1)
@@ -194,7 +198,7 @@ class WritePath:
                 "recorded_at": recorded_at,
                 "recorded_cursor": cursor,
             }
-            sealed = self._vault.seal(candidate_context(binding.scope, candidate_id), canonical_bytes(envelope))
+            sealed = attempt.seal(candidate_context(binding.scope, candidate_id), canonical_bytes(envelope))
             event, body = build_event(
                 unit,
                 recorded_at=recorded_at,
@@ -329,7 +333,7 @@ class WritePath:
         accept = decision == "accept"
         doomed: list[str] = []
 
-        def work(unit: UnitOfWork, _last_checks: Callable[[], None]) -> dict[str, Any]:
+        def work(unit: UnitOfWork, attempt: Attempt) -> dict[str, Any]:
             doomed.clear()
             current = check_admissible(unit.candidate(candidate_id))
             if current.state == "admitted":  # another request admitted it meanwhile
@@ -366,7 +370,7 @@ class WritePath:
                 ),
             )
             if accept:
-                store_admitted_record(unit, self._vault, scope, record, event.cursor)
+                store_admitted_record(unit, attempt.seal, scope, record, event.cursor)
             unit.put_candidate(
                 CandidateRow(
                     candidate_id=candidate_id,
@@ -399,7 +403,7 @@ class WritePath:
         self, binding: HostBinding, row: CandidateRow, key: str | None, intent: str | None
     ) -> RequestAdmissionResult:
         value = duplicate_value(row)
-        committed, replayed = self._guard.commit_mutation(binding, key, intent, None, lambda _unit, _last_checks: value)
+        committed, replayed = self._guard.commit_mutation(binding, key, intent, None, lambda _unit, _attempt: value)
         return from_json(RequestAdmissionResult, {**committed, "replayed": replayed})
 
     def _open_candidate(self, scope: str, row: CandidateRow) -> dict[str, Any]:
@@ -476,7 +480,7 @@ class WritePath:
         at = format_instant(now)
         authorization = self._guard.authorization(WITHDRAW, binding, args.candidate_id, now)
 
-        def work(unit: UnitOfWork, last_checks: Callable[[], None]) -> dict[str, Any]:
+        def work(unit: UnitOfWork, attempt: Attempt) -> dict[str, Any]:
             current = check_withdrawable(unit.candidate(args.candidate_id))
             event, body = build_event(
                 unit,
@@ -500,7 +504,7 @@ class WritePath:
                     policy_version=current.policy_version,
                 )
             )
-            last_checks()  # a refusal must come before the key is gone, never after
+            attempt.last_checks()  # a refusal must come before the key is gone, never after
             destruction = self._destroy_in_unit(unit, current.sealed)
             return WithdrawResult(
                 receipt=self._receipt(
@@ -577,7 +581,7 @@ class WritePath:
         authorization = self._guard.authorization(FORGET, binding, args.record_id, now)
         doomed: list[str] = []
 
-        def work(unit: UnitOfWork, _last_checks: Callable[[], None]) -> dict[str, Any]:
+        def work(unit: UnitOfWork, _attempt: Attempt) -> dict[str, Any]:
             doomed.clear()
             current = check_forgettable(unit.record(args.record_id))
             event, body = build_event(

@@ -13,8 +13,8 @@ import inspect
 import json
 import re
 import threading
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -24,7 +24,7 @@ import pytest
 from engram_memory import DefaultPolicy, ErrorCode, JsonRpcCode, ManualClock, MemoryAdmin, MemoryService, ProtocolError
 from engram_memory.canonical import format_instant, record_id_from_digest
 from engram_memory.context import HostBinding
-from engram_memory.errors import EngramError
+from engram_memory.errors import EngramError, StoreConflictError, StoreOutcomeUnknownError, StoreUnavailableError
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.ports import CandidateRow, RecordRow, SealedEnvelope
 from engram_memory.records import candidate_context
@@ -464,6 +464,117 @@ def test_a_vault_failing_to_seal_is_retriable_and_writes_nothing(
     vault.seal = broken  # type: ignore[method-assign]
     error = fail(harness.capture(A, make_key("seal-down")), ErrorCode.MUTATION_OUTCOME_UNKNOWN)
     assert error["retriable"] is True
+    assert _frozen(store, vault) == before
+
+
+# --------------------------------------------------------------------------- keys of units that do not commit
+
+
+class CommitFaults:
+    """Delegates to an InMemoryStore; the next units of work fail after their body ran.
+
+    ``StoreOutcomeUnknownError`` is raised after the inner unit committed; any other error inside
+    it, so the inner unit rolls back.
+    """
+
+    def __init__(self, inner: InMemoryStore, faults: list[Exception]) -> None:
+        self.inner = inner
+        self.faults = faults
+
+    def read(self, scope: str) -> AbstractContextManager[Any]:
+        return self.inner.read(scope)
+
+    @contextmanager
+    def write(self, scope: str) -> Iterator[Any]:
+        fault = self.faults.pop(0) if self.faults else None
+        with self.inner.write(scope) as unit:
+            yield unit
+            if fault is not None and not isinstance(fault, StoreOutcomeUnknownError):
+                raise fault
+        if fault is not None:
+            raise fault
+
+    def scopes(self) -> list[str]:
+        return self.inner.scopes()
+
+    def secret(self) -> bytes:
+        return self.inner.secret()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _faulty(harness: Harness, store: InMemoryStore, vault: InMemoryKeyVault, faults: list[Exception]) -> Harness:
+    service = MemoryService(store=CommitFaults(store, faults), vault=vault, policy=ACCEPT, clock=harness.clock)
+    return Harness(service, harness.clock)
+
+
+def _stored_key_refs(store: InMemoryStore, scope: str = A.scope) -> list[str]:
+    partition = store.raw_partition(scope)
+    rows: list[CandidateRow | RecordRow] = [*partition.candidates.values(), *partition.records.values()]
+    return sorted(row.sealed.key_ref for row in rows if row.sealed is not None)
+
+
+ROLLED_BACK: dict[str, tuple[list[Exception], ErrorCode]] = {
+    "unavailable": ([StoreUnavailableError("injected: disk full")], ErrorCode.STORE_UNAVAILABLE),
+    "every attempt loses a race": ([StoreConflictError("injected: lost race")] * 3, ErrorCode.STORE_UNAVAILABLE),
+}
+
+
+@pytest.mark.parametrize("operation", ["capture", "accept"])
+@pytest.mark.parametrize("fault", list(ROLLED_BACK))
+def test_a_unit_that_does_not_commit_leaves_no_key_behind(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault, operation: str, fault: str
+) -> None:
+    """A capture or accept whose unit rolls back after sealing destroys the keys it sealed under."""
+    candidate_id = harness.pending(A, make_key("rolled-back-pending"))
+    before = _frozen(store, vault)
+    faults, code = ROLLED_BACK[fault]
+    faulty = _faulty(harness, store, vault, list(faults))
+    if operation == "capture":
+        envelope = faulty.capture(A, make_key("rolled-back"))
+    else:
+        envelope = faulty.admit(A, candidate_id, make_key("rolled-back"))
+    fail(envelope, code, retriable=True)
+    assert _frozen(store, vault) == before
+    assert ok(harness.admit(A, candidate_id, make_key("rolled-back-admit")))["outcome"]["status"] == "accepted"
+
+
+def test_a_lost_race_destroys_the_losing_attempts_key_and_keeps_the_winners(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault
+) -> None:
+    faulty = _faulty(harness, store, vault, [StoreConflictError("injected: lost race")])
+    candidate_id = faulty.pending(A, make_key("second-attempt"))
+    assert sorted(vault._keys) == _stored_key_refs(store) == [_sealed(store, candidate_id).key_ref]
+
+
+def test_an_unknown_outcome_keeps_the_key_the_committed_unit_needs(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault
+) -> None:
+    """D13: after MUTATION_OUTCOME_UNKNOWN the unit may have committed, so its key stays."""
+    faulty = _faulty(harness, store, vault, [StoreOutcomeUnknownError("injected: connection lost after COMMIT")])
+    fail(faulty.capture(A, make_key("unknown")), ErrorCode.MUTATION_OUTCOME_UNKNOWN, retriable=True)
+    replay = ok(harness.capture(A, make_key("unknown")))
+    assert replay["status"] == "duplicate_exact"
+    assert sorted(vault._keys) == _stored_key_refs(store)
+    assert ok(harness.admit(A, replay["candidate_id"], make_key("unknown-admit")))["outcome"]["status"] == "accepted"
+
+
+def test_a_deadline_passing_while_sealing_leaves_no_key_behind(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault, clock: ManualClock
+) -> None:
+    """The in-unit deadline check refuses the capture after its seal; the key goes with it."""
+    harness.pending(A, make_key("deadline-pending"))
+    before = _frozen(store, vault)
+    seal = vault.seal
+
+    def slow_seal(context: str, plaintext: bytes) -> SealedEnvelope:
+        clock.advance(timedelta(seconds=2))
+        return seal(context, plaintext)
+
+    vault.seal = slow_seal  # type: ignore[method-assign]
+    late = attrs.evolve(A, deadline=clock.now() + timedelta(seconds=1))
+    fail(harness.capture(late, make_key("deadline-while-sealing")), ErrorCode.DEADLINE_EXCEEDED)
     assert _frozen(store, vault) == before
 
 

@@ -518,7 +518,7 @@ def _preload_one(unit: UnitOfWork, vault: KeyVault, ctx: _Context, arguments: Ma
             record_digest=record_digest,
         ),
     )
-    store_admitted_record(unit, vault, scope, record, event.cursor)
+    store_admitted_record(unit, vault.seal, scope, record, event.cursor)
     unit.put_candidate(
         CandidateRow(
             candidate_id=candidate_id,
