@@ -258,15 +258,15 @@ class MutationGuard:
         Returns ``(value, replayed)``: if a concurrent writer bound the same key and intent first,
         its response is returned with nothing written.
         """
-        attempts: list[Attempt] = []
+        runs: list[Attempt | None] = []  # one per run of the unit; None for a replay (it seals nothing)
 
         def work(unit: UnitOfWork) -> tuple[dict[str, Any], bool]:
+            runs.append(None)
             if key is not None and intent is not None:
                 existing = self.check_replay(unit.idempotency(binding.principal, key), intent)
                 if existing is not None:
                     return existing, True
-            attempt = Attempt(self._vault, lambda: self._last_checks(unit, binding, confirmation))
-            attempts.append(attempt)
+            attempt = runs[-1] = Attempt(self._vault, lambda: self._last_checks(unit, binding, confirmation))
             value = body(unit, attempt)
             attempt.last_checks()
             if key is not None and intent is not None:
@@ -278,12 +278,12 @@ class MutationGuard:
             result = self.commit(binding.scope, work)
         except EngramError as exc:
             unknown = exc.code is ErrorCode.MUTATION_OUTCOME_UNKNOWN
-            self._discard_fresh_keys(attempts[:-1] if unknown else attempts)
+            self._discard_fresh_keys(runs[:-1] if unknown else runs)
             raise
         except Exception:
-            self._discard_fresh_keys(attempts)
+            self._discard_fresh_keys(runs)
             raise
-        self._discard_fresh_keys(attempts[:-1])
+        self._discard_fresh_keys(runs[:-1])  # every run before the last one rolled back
         return result
 
     def _last_checks(self, unit: UnitOfWork, binding: HostBinding, confirmation: Confirmation | None) -> None:
@@ -291,9 +291,9 @@ class MutationGuard:
             raise EngramError(ErrorCode.DEADLINE_EXCEEDED, detail="deadline passed before commit")
         self.consume(unit, confirmation)
 
-    def _discard_fresh_keys(self, attempts: Sequence[Attempt]) -> None:
-        """Destroy the keys sealed by attempts whose units did not commit (best effort)."""
-        fresh = [key_ref for attempt in attempts for key_ref in attempt.fresh_keys]
+    def _discard_fresh_keys(self, runs: Sequence[Attempt | None]) -> None:
+        """Destroy the keys sealed by runs whose units did not commit (best effort)."""
+        fresh = [key_ref for run in runs if run is not None for key_ref in run.fresh_keys]
         if not fresh:
             return
         try:

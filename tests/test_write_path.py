@@ -477,9 +477,12 @@ class CommitFaults:
     it, so the inner unit rolls back.
     """
 
-    def __init__(self, inner: InMemoryStore, faults: list[Exception]) -> None:
+    def __init__(
+        self, inner: InMemoryStore, faults: list[Exception], after_fault: Callable[[], object] | None = None
+    ) -> None:
         self.inner = inner
         self.faults = faults
+        self.after_fault = after_fault
 
     def read(self, scope: str) -> AbstractContextManager[Any]:
         return self.inner.read(scope)
@@ -487,12 +490,16 @@ class CommitFaults:
     @contextmanager
     def write(self, scope: str) -> Iterator[Any]:
         fault = self.faults.pop(0) if self.faults else None
-        with self.inner.write(scope) as unit:
-            yield unit
-            if fault is not None and not isinstance(fault, StoreOutcomeUnknownError):
+        try:
+            with self.inner.write(scope) as unit:
+                yield unit
+                if fault is not None and not isinstance(fault, StoreOutcomeUnknownError):
+                    raise fault
+            if fault is not None:
                 raise fault
-        if fault is not None:
-            raise fault
+        finally:
+            if fault is not None and self.after_fault is not None:
+                self.after_fault()
 
     def scopes(self) -> list[str]:
         return self.inner.scopes()
@@ -504,8 +511,15 @@ class CommitFaults:
         self.inner.close()
 
 
-def _faulty(harness: Harness, store: InMemoryStore, vault: InMemoryKeyVault, faults: list[Exception]) -> Harness:
-    service = MemoryService(store=CommitFaults(store, faults), vault=vault, policy=ACCEPT, clock=harness.clock)
+def _faulty(
+    harness: Harness,
+    store: InMemoryStore,
+    vault: InMemoryKeyVault,
+    faults: list[Exception],
+    after_fault: Callable[[], object] | None = None,
+) -> Harness:
+    faulty_store = CommitFaults(store, faults, after_fault)
+    service = MemoryService(store=faulty_store, vault=vault, policy=ACCEPT, clock=harness.clock)
     return Harness(service, harness.clock)
 
 
@@ -546,6 +560,24 @@ def test_a_lost_race_destroys_the_losing_attempts_key_and_keeps_the_winners(
     faulty = _faulty(harness, store, vault, [StoreConflictError("injected: lost race")])
     candidate_id = faulty.pending(A, make_key("second-attempt"))
     assert sorted(vault._keys) == _stored_key_refs(store) == [_sealed(store, candidate_id).key_ref]
+
+
+def test_a_rerun_that_replays_the_winner_destroys_the_losing_attempts_key(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault
+) -> None:
+    """D4: a lost race re-run finds the same key bound by the winner; the loser's key goes."""
+    winner: dict[str, Any] = {}
+    faulty = _faulty(
+        harness,
+        store,
+        vault,
+        [StoreConflictError("injected: lost race")],
+        lambda: winner.update(harness.capture(A, make_key("raced-key"))),
+    )
+    loser = ok(faulty.capture(A, make_key("raced-key")))
+    assert loser["status"] == "duplicate_exact"
+    assert loser["candidate_id"] == ok(winner)["candidate_id"]
+    assert sorted(vault._keys) == _stored_key_refs(store) == [_sealed(store, loser["candidate_id"]).key_ref]
 
 
 def test_an_unknown_outcome_keeps_the_key_the_committed_unit_needs(
