@@ -343,7 +343,14 @@ class UnitOfWork(StoreReader, Protocol):
         ...
 
     def index_document(self, document: IndexedDocument) -> None:
-        """Add a record to the scope's lexical index (replacing an older entry)."""
+        """Add a record to the scope's lexical index (replacing an older entry).
+
+        The store keeps no reference to ``document``'s mutable parts.
+
+        Raises:
+            ValueError: ``lengths`` or a frequency tuple without one entry per field (the unit
+                then rolls back like for any other exception).
+        """
         ...
 
     def unindex(self, record_id: str) -> None:
@@ -367,14 +374,23 @@ class Store(Protocol):
     """
 
     def read(self, scope: str) -> AbstractContextManager[StoreReader]:
-        """A consistent read view of ``scope``."""
+        """A consistent read view of ``scope``, usable only inside its ``with`` block.
+
+        Raises:
+            StoreUnavailableError: the view cannot be opened now (retriable), or (from any of its
+                methods) it is used after its block ended.
+        """
         ...
 
     def write(self, scope: str) -> AbstractContextManager[UnitOfWork]:
         """A unit of work on ``scope`` (serialised with every other writer of the scope).
 
+        Usable only inside its ``with`` block; a unit of work opened while the same thread has
+        one open never commits.
+
         Raises:
-            StoreUnavailableError: the store cannot start or commit now (retriable).
+            StoreUnavailableError: the store cannot start or commit now (retriable), or (from any
+                of the unit's methods) it is used after its block ended.
             StoreOutcomeUnknownError: the commit may or may not have happened.
         """
         ...

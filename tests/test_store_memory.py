@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
+from engram_memory.errors import StoreUnavailableError
+from engram_memory.ports import JournalEvent, UnitOfWork
 from engram_memory.stores.memory import InMemoryStore
 from engram_memory.testing import StoreConformance
 
@@ -16,3 +20,58 @@ class TestInMemoryStore(StoreConformance):
 
 def test_a_given_secret_is_kept() -> None:
     assert InMemoryStore(secret=b"k" * 32).secret() == b"k" * 32
+
+
+def _event(cursor: int, tag: str) -> JournalEvent:
+    return JournalEvent(cursor=cursor, event_digest=f"sha256:{tag}", body=tag.encode())
+
+
+def _roll_back(store: InMemoryStore, scope: str, body: Callable[[UnitOfWork], object]) -> None:
+    """Run ``body`` in a unit of work on ``scope`` that then raises (so it rolls back)."""
+
+    def run() -> None:
+        with store.write(scope) as unit:
+            body(unit)
+            raise RuntimeError("roll back")
+
+    with pytest.raises(RuntimeError, match="roll back"):
+        run()
+
+
+def test_a_unit_of_work_inside_another_on_one_thread_is_refused() -> None:
+    """SQLite never lets the nested unit commit; in memory it would not be isolated, so it is refused."""
+    store = InMemoryStore()
+    refused: list[str] = []
+
+    def nest(outer: UnitOfWork) -> None:
+        outer.append_event(_event(1, "outer"))
+        for scope in ("scope-a", "scope-b"):
+            with pytest.raises(StoreUnavailableError):
+                store.write(scope).__enter__()
+            refused.append(scope)
+
+    _roll_back(store, "scope-a", nest)
+    assert refused == ["scope-a", "scope-b"]
+    assert store.scopes() == []
+    with store.read("scope-a") as reader:
+        assert list(reader.events()) == []
+
+
+def test_a_read_inside_a_unit_of_work_is_refused_and_a_write_inside_a_read_is_not() -> None:
+    """A read inside a unit would see its uncommitted writes (SQLite shows the committed snapshot)."""
+    store = InMemoryStore()
+    with store.write("scope-a") as unit:
+        unit.append_event(_event(1, "first"))
+        with pytest.raises(StoreUnavailableError):
+            store.read("scope-a").__enter__()
+    with store.read("scope-a") as reader, store.write("scope-a") as unit:
+        unit.append_event(_event(2, "second"))
+        assert reader.high_water() == 2
+    with store.read("scope-a") as reader:
+        assert [event.cursor for event in reader.events()] == [1, 2]
+
+
+def test_a_rolled_back_first_unit_leaves_no_partition() -> None:
+    store = InMemoryStore()
+    _roll_back(store, "scope-a", lambda unit: unit.append_event(_event(1, "gone")))
+    assert store._partitions == {}

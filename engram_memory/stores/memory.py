@@ -3,6 +3,11 @@
 One lock serialises writers and readers. A unit of work applies its writes directly and keeps an
 undo log; an exception inside the ``with`` block replays the log backwards, so a failed unit
 leaves no trace. Everything is partitioned by scope key.
+
+Where the SQLite store isolates what this one cannot, this one refuses, with
+``StoreUnavailableError`` as SQLite does: a unit of work or a read opened on a thread whose unit of
+work is still open (SQLite would give the read the committed snapshot, and never lets the nested
+unit commit), and any use of a view or unit after its ``with`` block.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from sys import intern
 
 import attrs
 
-from engram_memory.errors import StoreConflictError
+from engram_memory.errors import StoreConflictError, StoreUnavailableError
 from engram_memory.ports import (
     FIELDS,
     CandidateRow,
@@ -51,11 +56,25 @@ class _Partition:
     doomed: set[str] = attrs.Factory(set)
 
 
+class _Ended:
+    """Stands in for the partition of a view or unit whose ``with`` block has ended."""
+
+    def __getattr__(self, name: str) -> object:
+        raise StoreUnavailableError("the read view or unit of work has ended")
+
+
+_ENDED: _Partition = _Ended()  # type: ignore[assignment]
+
+
 class _View:
     """Read access to one partition (the caller holds the store lock)."""
 
     def __init__(self, partition: _Partition) -> None:
         self._p = partition
+
+    def end(self) -> None:
+        """Make every later call raise ``StoreUnavailableError`` (the ``with`` block is over)."""
+        self._p = _ENDED
 
     def high_water(self) -> int:
         return self._p.events[-1].cursor if self._p.events else 0
@@ -183,40 +202,49 @@ class _Unit(_View):
         self._add(self._p.confirmations, confirmation_id)
 
     def index_document(self, document: IndexedDocument) -> None:
+        # everything that reads the caller's document, and so may raise, runs before any change;
+        # the stored copy shares nothing mutable with the caller's
+        lengths = tuple(document.lengths)
+        terms = {term: tuple(frequencies) for term, frequencies in document.terms.items()}
+        if len(lengths) != len(FIELDS) or any(len(frequencies) != len(FIELDS) for frequencies in terms.values()):
+            raise ValueError("lengths and frequencies need one entry per field")
+        keyed = [(term, intern(occurrence_key(frequencies, lengths))) for term, frequencies in terms.items()]
+        stored = attrs.evolve(document, lengths=lengths, terms=terms)
         self.unindex(document.record_id)
-        self._apply_document(document, +1)
-        self.undo.append(lambda: self._apply_document(document, -1))
+        self._add_document(stored, keyed)
+        self.undo.append(lambda: self._remove_document(stored))
 
     def unindex(self, record_id: str) -> None:
         document = self._p.documents.get(record_id)
         if document is None:
             return
-        self._apply_document(document, -1)
-        self.undo.append(lambda: self._apply_document(document, +1))
+        keyed = [(term, bucket[record_id]) for term, bucket in self._p.buckets[record_id]]
+        self._remove_document(document)
+        self.undo.append(lambda: self._add_document(document, keyed))
 
-    def _apply_document(self, document: IndexedDocument, sign: int) -> None:
+    def _add_document(self, document: IndexedDocument, keyed: Sequence[tuple[str, str]]) -> None:
+        """Index ``document`` whose (term, occurrence key) pairs are ``keyed`` (cannot raise)."""
         rid = document.record_id
+        occurrences = self._p.occurrences
+        buckets = self._p.buckets[rid] = []
+        for term, key in keyed:
+            bucket = occurrences.setdefault(term, {})
+            bucket[rid] = key
+            buckets.append((term, bucket))
+        self._p.documents[rid] = document
         for position, length in enumerate(document.lengths):
-            self._p.total_lengths[position] += sign * length
-        if sign > 0:
-            self._add_document(document)
-            return
+            self._p.total_lengths[position] += length
+
+    def _remove_document(self, document: IndexedDocument) -> None:
+        rid = document.record_id
         del self._p.documents[rid]
+        for position, length in enumerate(document.lengths):
+            self._p.total_lengths[position] -= length
         occurrences = self._p.occurrences
         for term, bucket in self._p.buckets.pop(rid):
             del bucket[rid]
             if not bucket:
                 del occurrences[term]
-
-    def _add_document(self, document: IndexedDocument) -> None:
-        rid = document.record_id
-        self._p.documents[rid] = document
-        occurrences = self._p.occurrences
-        buckets = self._p.buckets[rid] = []
-        for term, frequencies in document.terms.items():
-            bucket = occurrences.setdefault(term, {})
-            bucket[rid] = intern(occurrence_key(frequencies, document.lengths))
-            buckets.append((term, bucket))
 
     def doom_key(self, key_ref: str) -> None:
         self._add(self._p.doomed, key_ref)
@@ -236,6 +264,7 @@ class InMemoryStore:
 
     def __init__(self, *, secret: bytes | None = None) -> None:
         self._lock = threading.RLock()
+        self._writing = threading.local()  # .unit: this thread has a unit of work open
         self._partitions: dict[str, _Partition] = {}
         self._secret = secret if secret is not None else secrets.token_bytes(32)
 
@@ -245,23 +274,48 @@ class InMemoryStore:
             partition = self._partitions[scope] = _Partition()
         return partition
 
+    def _refuse_inside_unit(self) -> None:
+        if getattr(self._writing, "unit", False):
+            raise StoreUnavailableError("a unit of work is open on this thread")
+
     @contextmanager
     def read(self, scope: str) -> Iterator[_View]:
-        """A read view of ``scope`` (holds the store lock for its duration)."""
+        """A read view of ``scope`` (holds the store lock for its duration).
+
+        Raises:
+            StoreUnavailableError: this thread has a unit of work open.
+        """
+        self._refuse_inside_unit()
         with self._lock:
-            yield _View(self._partitions.get(scope) or _Partition())
+            view = _View(self._partitions.get(scope) or _Partition())
+            try:
+                yield view
+            finally:
+                view.end()
 
     @contextmanager
     def write(self, scope: str) -> Iterator[_Unit]:
-        """A unit of work on ``scope``; an exception rolls back every write of the unit."""
+        """A unit of work on ``scope``; an exception rolls back every write of the unit.
+
+        Raises:
+            StoreUnavailableError: this thread already has a unit of work open.
+        """
+        self._refuse_inside_unit()
         with self._lock:
+            created = scope not in self._partitions
             unit = _Unit(self._partition(scope))
+            self._writing.unit = True
             try:
                 yield unit
             except BaseException:
                 for revert in reversed(unit.undo):
                     revert()
+                if created:
+                    del self._partitions[scope]
                 raise
+            finally:
+                self._writing.unit = False
+                unit.end()
 
     def scopes(self) -> list[str]:
         """Scopes with at least one journal event."""

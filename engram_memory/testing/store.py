@@ -23,7 +23,7 @@ import attrs
 import pytest
 
 from engram_memory.context import scope_key
-from engram_memory.errors import StoreConflictError
+from engram_memory.errors import StoreConflictError, StoreUnavailableError
 from engram_memory.journal import build_event
 from engram_memory.ports import (
     FIELDS,
@@ -690,6 +690,55 @@ class StoreConformance:
             assert [p.record_id for p in reader.postings("new")] == ["mem_a"]
             assert reader.index_stats().documents == 1
             assert tuple(reader.index_stats().total_lengths) == replacement.lengths
+
+    def test_a_malformed_document_raises_and_its_unit_leaves_nothing(self, store: Store) -> None:
+        """``index_document`` refuses a tuple without one entry per field; the unit rolls back whole."""
+        with store.write(SCOPE_A) as unit:
+            _populate(unit, "a")
+        with store.read(SCOPE_A) as reader:
+            before = _snapshot(reader)
+        good = _document("mem_a", {"fresh": _freq(primary=1), "worda": _freq(context=2)})
+        malformed = [
+            attrs.evolve(good, terms={"fresh": _freq(primary=1), "worda": (1, 2)}),
+            attrs.evolve(good, lengths=(1, 2)),
+        ]
+        for document in malformed:
+
+            def reindex(unit: UnitOfWork, document: IndexedDocument = document) -> None:
+                unit.index_document(document)
+
+            with pytest.raises(ValueError, match=r"."):
+                _run_unit(store, SCOPE_A, reindex)
+            with store.read(SCOPE_A) as reader:
+                assert _snapshot(reader) == before
+
+    def test_the_index_keeps_no_reference_to_the_callers_document(self, store: Store) -> None:
+        """Changing an indexed document's terms afterwards changes nothing the store reports."""
+        terms = {"fresh": _freq(primary=2), "shared": _freq(context=1)}
+        with store.write(SCOPE_A) as unit:
+            unit.index_document(_document("mem_a", terms))
+        with store.read(SCOPE_A) as reader:
+            before = _snapshot(reader)
+        terms["fresh"] = _freq(primary=9)
+        del terms["shared"]
+        with store.read(SCOPE_A) as reader:
+            assert _snapshot(reader) == before
+
+    def test_a_view_or_unit_kept_past_its_block_is_unavailable(self, store: Store) -> None:
+        """Use after the ``with`` block raises StoreUnavailableError and writes nothing."""
+        with store.write(SCOPE_A) as unit:
+            _populate(unit, "a")
+        with store.read(SCOPE_A) as reader:
+            before = _snapshot(reader)
+        with pytest.raises(_AbortUnitError), store.write(SCOPE_A) as rolled_back:
+            raise _AbortUnitError
+        for kept in (unit, rolled_back):
+            with pytest.raises(StoreUnavailableError):
+                kept.put_candidate(_candidate("candidate-b"))
+        with pytest.raises(StoreUnavailableError):
+            reader.high_water()
+        with store.read(SCOPE_A) as again:
+            assert _snapshot(again) == before
 
     def test_unindex_purges_every_trace(self, store: Store) -> None:
         """After ``unindex`` no posting, id or length of the record remains; absent ids are a no-op."""
