@@ -44,6 +44,8 @@ def open_sealed(key: bytes, envelope: SealedEnvelope, context: str) -> bytes:
     Raises:
         SealIntegrityError: the ciphertext, nonce or context does not authenticate.
     """
+    if len(envelope.nonce) != _NONCE_BYTES:  # cryptography raises ValueError outside 8..128 bytes
+        raise SealIntegrityError("sealed envelope failed authentication")
     try:
         return AESGCM(key).decrypt(envelope.nonce, envelope.ciphertext, context.encode("utf-8"))
     except InvalidTag as exc:

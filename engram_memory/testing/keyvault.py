@@ -116,6 +116,14 @@ class KeyVaultConformance:
         with pytest.raises(SealIntegrityError):
             vault.open(tampered, CONTEXT)
 
+    @pytest.mark.parametrize("length", [0, 7, 11, 13, 200])
+    def test_a_nonce_of_another_length_fails_integrity(self, vault: KeyVault, length: int) -> None:
+        """A nonce cut short or extended raises SealIntegrityError (never another exception)."""
+        envelope = vault.seal(CONTEXT, PLAINTEXT)
+        nonce = (envelope.nonce * 20)[:length]
+        with pytest.raises(SealIntegrityError):
+            vault.open(attrs.evolve(envelope, nonce=nonce), CONTEXT)
+
     def test_a_truncated_ciphertext_fails_integrity(self, vault: KeyVault) -> None:
         """A ciphertext cut short raises SealIntegrityError (never another exception)."""
         envelope = vault.seal(CONTEXT, PLAINTEXT)
