@@ -34,6 +34,9 @@ __all__ = ["main"]
 Say = Callable[[str], None]
 
 _URL_UNSAFE = frozenset("?#%")
+STDIO_TOOLS = ALL_TOOLS - {"engram_memory_withdraw", "engram_memory_forget"}
+"""What ``serve-mcp`` grants: the four tools that need no human confirmation (withdraw and forget
+would always answer -32603 without one, and a tool that cannot work must not be listed)."""
 """Characters a ``sqlite:///`` URL refuses in its path (see :func:`~engram_memory.connect.connect`)."""
 
 
@@ -279,7 +282,7 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
         agent_id=options.agent,
         session="stdio",
         purpose_ref=options.purpose,
-        tools=ALL_TOOLS,
+        tools=STDIO_TOOLS,  # withdraw and forget need a confirmation a fixed binding cannot carry
     )
     try:
         anyio.run(serve_stdio, service, binding)

@@ -1,14 +1,16 @@
 """``GuardedPolicy``: any failure of a host policy becomes ``POLICY_UNAVAILABLE``.
 
 The service wraps the host's :class:`~engram_memory.ports.Policy` once, so no call site has to
-remember that a policy is foreign code that may raise.
+remember that a policy is foreign code that may raise, or answer a value of the wrong shape (a
+decision without a time zone, a trust class outside the contract's three, ``None`` for a
+boolean): both are ``POLICY_UNAVAILABLE``, before anything is written.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
-from typing import Literal, TypeVar
+from datetime import datetime, timedelta
+from typing import Literal, TypeVar, cast
 
 from engram_memory.context import HostBinding
 from engram_memory.errors import EngramError, ErrorCode
@@ -28,8 +30,57 @@ def _guarded(call: Callable[[], _T]) -> _T:
         raise EngramError(ErrorCode.POLICY_UNAVAILABLE, detail=type(exc).__name__) from exc
 
 
+_TRUST_CLASSES = frozenset({"asserted", "earned", "signed"})
+_DECISIONS = frozenset({"accept", "reject", "adjudication_required"})
+
+
+def _shaped(value: _T, *, well_formed: bool) -> _T:
+    if not well_formed:
+        raise EngramError(ErrorCode.POLICY_UNAVAILABLE, detail="policy answered a malformed value")
+    return value
+
+
+def _is_str(value: object) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def _is_aware(value: object) -> bool:
+    return isinstance(value, datetime) and value.utcoffset() is not None
+
+
+def _is_constraints(value: object) -> bool:
+    if not isinstance(value, CaptureConstraints):
+        return False
+    allow: object = value.allow_retain  # typed, but built by host code
+    cap: object = value.max_retention
+    families: object = value.family_refs
+    return (
+        isinstance(allow, bool)
+        and (cap is None or isinstance(cap, timedelta))
+        and isinstance(families, frozenset)
+        and all(isinstance(ref, str) for ref in families)
+    )
+
+
+def _is_decision(value: object) -> bool:
+    return (
+        isinstance(value, AdmissionDecision)
+        and value.decision in _DECISIONS
+        and all(_is_str(text) for text in (value.record_digest, value.policy_id, value.policy_version))
+        and _is_aware(value.issued_at)
+    )
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    """``value`` as a tuple of strings, if it is a list, tuple or set of them."""
+    if not isinstance(value, list | tuple | frozenset | set):
+        return _shaped((), well_formed=False)
+    items: tuple[object, ...] = tuple(value)
+    return cast("tuple[str, ...]", _shaped(items, well_formed=all(isinstance(item, str) for item in items)))
+
+
 class GuardedPolicy:
-    """Delegates to ``policy``; an exception other than an ``EngramError`` is ``POLICY_UNAVAILABLE``."""
+    """Delegates to ``policy``; a raise (other than ``EngramError``) or a malformed answer is ``POLICY_UNAVAILABLE``."""
 
     def __init__(self, policy: Policy) -> None:
         self.inner = policy
@@ -37,37 +88,43 @@ class GuardedPolicy:
     @property
     def policy_id(self) -> str:
         """The wrapped policy's id."""
-        return _guarded(lambda: self.inner.policy_id)
+        return _guarded(lambda: _shaped(self.inner.policy_id, well_formed=_is_str(self.inner.policy_id)))
 
     @property
     def policy_version(self) -> str:
         """The wrapped policy's version."""
-        return _guarded(lambda: self.inner.policy_version)
+        return _guarded(lambda: _shaped(self.inner.policy_version, well_formed=_is_str(self.inner.policy_version)))
 
     def granted_tools(self, binding: HostBinding) -> frozenset[str]:
         """See :meth:`Policy.granted_tools`."""
-        return _guarded(lambda: frozenset(self.inner.granted_tools(binding)))
+        return frozenset(_guarded(lambda: _strings(self.inner.granted_tools(binding))))
 
     def capture_constraints(self, binding: HostBinding) -> CaptureConstraints:
         """See :meth:`Policy.capture_constraints`."""
-        return _guarded(lambda: self.inner.capture_constraints(binding))
+        constraints = _guarded(lambda: self.inner.capture_constraints(binding))
+        return _shaped(constraints, well_formed=_is_constraints(constraints))
 
     def requires_confirmation(self, tool: str, binding: HostBinding) -> bool:
         """See :meth:`Policy.requires_confirmation`."""
-        return _guarded(lambda: bool(self.inner.requires_confirmation(tool, binding)))
+        required = _guarded(lambda: self.inner.requires_confirmation(tool, binding))
+        return _shaped(required, well_formed=isinstance(required, bool))
 
     def redaction_allowlist(self, binding: HostBinding) -> tuple[str, ...] | None:
         """See :meth:`Policy.redaction_allowlist`."""
-        return _guarded(lambda: self.inner.redaction_allowlist(binding))
+        allowlist = _guarded(lambda: self.inner.redaction_allowlist(binding))
+        return None if allowlist is None else _strings(allowlist)
 
     def trust_class(self, binding: HostBinding) -> Literal["asserted", "earned", "signed"]:
         """See :meth:`Policy.trust_class`."""
-        return _guarded(lambda: self.inner.trust_class(binding))
+        trust = _guarded(lambda: self.inner.trust_class(binding))
+        return _shaped(trust, well_formed=trust in _TRUST_CLASSES)
 
     def allows_network(self, binding: HostBinding) -> bool:
         """See :meth:`Policy.allows_network`."""
-        return _guarded(lambda: self.inner.allows_network(binding) is True)
+        allowed = _guarded(lambda: self.inner.allows_network(binding))
+        return _shaped(allowed, well_formed=isinstance(allowed, bool))
 
     def decide(self, request: AdmissionRequest, now: datetime) -> AdmissionDecision:
         """See :meth:`Policy.decide`."""
-        return _guarded(lambda: self.inner.decide(request, now))
+        decision = _guarded(lambda: self.inner.decide(request, now))
+        return _shaped(decision, well_formed=_is_decision(decision))

@@ -449,9 +449,7 @@ class WritePath:
             agent_id=binding.agent_id,
             session=binding.session,
         )
-        decision = self._policy.decide(request, now)  # a failing policy is POLICY_UNAVAILABLE (GuardedPolicy)
-        if decision.decision not in {"accept", "reject", "adjudication_required"}:
-            raise EngramError(ErrorCode.POLICY_UNAVAILABLE, detail="unknown decision")
+        decision = self._policy.decide(request, now)  # a failing or malformed one: POLICY_UNAVAILABLE (GuardedPolicy)
         if decision.policy_id != row.policy_id or decision.policy_version != row.policy_version:
             raise EngramError(ErrorCode.POLICY_STALE, detail="decision from another policy")
         if decision.record_digest != record["record_digest"]:

@@ -19,6 +19,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
+from engram_memory.cli import STDIO_TOOLS
 from engram_memory.wire.descriptors import tool_descriptors
 
 pytestmark = pytest.mark.anyio
@@ -134,8 +135,10 @@ async def _capture_and_admit(session: ClientSession) -> str:
 async def test_stdio_lists_captures_admits_and_rejects(tmp_path: Path) -> None:
     async with stdio_session(tmp_path) as session:
         listed = await session.list_tools()
-        assert [tool.name for tool in listed.tools] == [d["name"] for d in tool_descriptors()]
-        assert [tool.input_schema for tool in listed.tools] == [d["inputSchema"] for d in tool_descriptors()]
+        served = [d for d in tool_descriptors() if d["name"] in STDIO_TOOLS]
+        assert [tool.name for tool in listed.tools] == [d["name"] for d in served]
+        assert [tool.input_schema for tool in listed.tools] == [d["inputSchema"] for d in served]
+        assert {"engram_memory_withdraw", "engram_memory_forget"}.isdisjoint(tool.name for tool in listed.tools)
 
         await _capture_and_admit(session)
 

@@ -517,6 +517,44 @@ class ServiceConformance:
         fail(envelope, ErrorCode.POLICY_UNAVAILABLE, retriable=True)
 
     @pytest.mark.parametrize(
+        "answer",
+        [
+            "decide: None",
+            "decide: no time zone",
+            "decide: unknown decision",
+            "capture_constraints: None",
+            "trust_class: outside the three",
+            "requires_confirmation: None",
+        ],
+    )
+    def test_a_policy_answering_a_malformed_value_is_policy_unavailable(self, harness: Harness, answer: str) -> None:
+        """D9/D13: a policy's malformed answer is POLICY_UNAVAILABLE (retriable), never a stored value."""
+
+        def decide(request: AdmissionRequest, now: Any) -> AdmissionDecision:
+            if answer == "decide: None":
+                return None  # type: ignore[return-value]
+            decided = ACCEPT.decide(request, now)
+            if answer == "decide: no time zone":
+                return attrs.evolve(decided, issued_at=now.replace(tzinfo=None))
+            return attrs.evolve(decided, decision="maybe")  # type: ignore[arg-type]
+
+        overrides: dict[str, Any] = {
+            "decide": decide,
+            "capture_constraints": lambda _binding: None,
+            "trust_class": lambda _binding: "root",
+            "requires_confirmation": lambda _tool, _binding: None,
+        }
+        method = answer.split(":", maxsplit=1)[0]
+        candidate_id = harness.pending(A, make_key("malformed-pending"))
+        harness.use(PolicyOverride(ACCEPT, **{method: overrides[method]}))
+        with self.unchanged(harness):
+            if method == "decide":
+                envelope = harness.admit(A, candidate_id, make_key("malformed-request"))
+            else:
+                envelope = harness.capture(A, make_key("malformed-capture"))
+        fail(envelope, ErrorCode.POLICY_UNAVAILABLE, retriable=True)
+
+    @pytest.mark.parametrize(
         ("mutation", "code"),
         [
             ("other_digest", ErrorCode.INVALID_DIGEST),
