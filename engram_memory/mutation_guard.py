@@ -151,13 +151,38 @@ class MutationGuard:
 
     @staticmethod
     def check_replay(row: IdempotencyRow | None, intent: str) -> dict[str, Any] | None:
-        """The stored response if ``row`` binds ``intent``; ``DIGEST_CONFLICT`` if it binds another."""
+        """The stored response if ``row`` binds ``intent``; ``DIGEST_CONFLICT`` if it binds another.
+
+        ``None`` when nothing is bound, or only provisionally (the operation has not happened).
+        """
         if row is None:
             return None
         if row.intent_digest != intent:
             raise EngramError(ErrorCode.DIGEST_CONFLICT, detail="key bound to another intent")
+        if row.provisional:
+            return None
         value: dict[str, Any] = json.loads(row.response)
         return value
+
+    def hold(self, binding: HostBinding, key: str, intent: str) -> dict[str, Any] | None:
+        """Bind ``key`` to ``intent`` provisionally, for an operation that did not happen yet.
+
+        From then on the key is ``DIGEST_CONFLICT`` for any other intent, and a retry with this
+        intent runs the operation again. Returns the response if a concurrent call with the same
+        key and intent completed the operation first (the caller answers it as a replay).
+
+        Raises:
+            EngramError: ``DIGEST_CONFLICT`` if the key is bound to another intent meanwhile.
+        """
+
+        def work(unit: UnitOfWork) -> dict[str, Any] | None:
+            row = unit.idempotency(binding.principal, key)
+            completed = self.check_replay(row, intent)
+            if row is None:
+                unit.put_idempotency(binding.principal, key, IdempotencyRow(intent_digest=intent, response=b""))
+            return completed
+
+        return self.commit(binding.scope, work)
 
     def bound_confirmation(self, tool: str, args: Mutation, binding: HostBinding) -> Confirmation | None:
         """The binding's confirmation when the tool needs one, checked against this operation.

@@ -84,10 +84,20 @@ class JournalEvent:
 
 @attrs.frozen(kw_only=True)
 class IdempotencyRow:
-    """What a (principal, idempotency key) is bound to: the intent and the original response."""
+    """What a (principal, idempotency key) is bound to: the intent and the original response.
+
+    An empty ``response`` makes the binding *provisional*: the key is bound to its intent (another
+    intent is ``DIGEST_CONFLICT``) but the operation has not happened yet, so a retry runs it again
+    (an admission left ``pending_adjudication``).
+    """
 
     intent_digest: str
     response: bytes
+
+    @property
+    def provisional(self) -> bool:
+        """Whether the key is bound without an operation having happened (empty ``response``)."""
+        return not self.response
 
 
 @attrs.frozen(kw_only=True)
@@ -315,10 +325,10 @@ class UnitOfWork(StoreReader, Protocol):
         ...
 
     def put_idempotency(self, principal: str, key: str, row: IdempotencyRow) -> None:
-        """Bind (principal, key); an existing binding is never overwritten.
+        """Bind (principal, key); never over an existing binding, unless provisional to the same intent.
 
         Raises:
-            StoreConflictError: the pair is already bound.
+            StoreConflictError: the pair is already bound (and not provisionally to this intent).
         """
         ...
 

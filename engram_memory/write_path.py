@@ -326,8 +326,9 @@ class WritePath:
         guarded = decide is None  # a host adjudication may accept forgotten content; a policy decision may not
         if decision == "accept" and forgotten and guarded:
             decision = "adjudication_required"
+        pending = _pending_adjudication(candidate_id, row.created_cursor, decision_digest)
         if decision == "adjudication_required":
-            return _pending_adjudication(candidate_id, row.created_cursor, decision_digest)
+            return self._held(binding, key, intent, pending)
         committed_at = format_instant(now)
         authorization = self._guard.authorization(ADMISSION, binding, candidate_id, now)
         accept = decision == "accept"
@@ -392,12 +393,26 @@ class WritePath:
         try:
             value, replayed = self._guard.commit_mutation(binding, key, intent, confirmation, work)
         except _ForgottenMeanwhileError:
-            return _pending_adjudication(candidate_id, row.created_cursor, decision_digest)
+            return self._held(binding, key, intent, pending)
         if replayed:
             return from_json(RequestAdmissionResult, {**value, "replayed": True})
         if doomed and (not accept or len(doomed) >= DESTROY_BATCH):
             self._guard.destroy_keys(scope, doomed)
         return from_json(RequestAdmissionResult, value)
+
+    def _held(
+        self, binding: HostBinding, key: str | None, intent: str | None, pending: RequestAdmissionResult
+    ) -> RequestAdmissionResult:
+        """Answer ``pending`` after binding the key provisionally (:meth:`MutationGuard.hold`).
+
+        The policy is asked again on a retry; the key can no longer serve another operation.
+        """
+        if key is None or intent is None:  # a host adjudication binds no key
+            return pending
+        completed = self._guard.hold(binding, key, intent)
+        if completed is not None:
+            return from_json(RequestAdmissionResult, {**completed, "replayed": True})
+        return pending
 
     def _duplicate_admission(
         self, binding: HostBinding, row: CandidateRow, key: str | None, intent: str | None
@@ -667,7 +682,7 @@ class _ForgottenMeanwhileError(Exception):
 
 
 def _pending_adjudication(candidate_id: str, created_cursor: int, decision_digest: str) -> RequestAdmissionResult:
-    """The ``pending_adjudication`` outcome (nothing is written: the candidate stays pending)."""
+    """The ``pending_adjudication`` outcome (the candidate stays pending; no event is written)."""
     cursor = format_cursor(created_cursor)
     pending = {"candidate_id": candidate_id, "cursor": cursor, "decision_receipt_digest": decision_digest}
     return RequestAdmissionResult(

@@ -202,7 +202,26 @@ def _admission_stale(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCod
 def _admission_pending(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
     candidate_id = h.pending(A, make_key("r-pending"))
     h.use(DefaultPolicy(admission="adjudicate"))
+    ok(h.admit(A, candidate_id, make_key("r-pending-a")))  # holds the key (see the test below)
     return (lambda: h.admit(A, candidate_id, make_key("r-pending-a"))), None
+
+
+def test_pending_adjudication_writes_only_the_provisional_key_binding(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault
+) -> None:
+    """§3.5: the key is bound to its intent with an empty response; nothing else changes."""
+    candidate_id = harness.pending(A, make_key("held-pending"))
+    harness.use(DefaultPolicy(admission="adjudicate"))
+    before = _frozen(store, vault)
+    held = store.raw_partition(A.scope).idempotency
+    bound_before = dict(held)
+    assert ok(harness.admit(A, candidate_id, make_key("held-request")))["outcome"]["status"] == "pending_adjudication"
+    added = {pair: row for pair, row in held.items() if pair not in bound_before}
+    assert list(added) == [(A.principal, make_key("held-request"))]
+    assert next(iter(added.values())).response == b""
+    for pair in added:
+        del held[pair]
+    assert _frozen(store, vault) == before
 
 
 def _admission_replay(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
@@ -704,6 +723,21 @@ def test_an_admission_that_loses_a_race_answers_duplicate_exact(
     record_id = ok(winner)["outcome"]["record_id"]
     outcome = ok(envelope)["outcome"]
     assert (outcome["status"], outcome["record_id"]) == ("duplicate_exact", record_id)
+
+
+def test_a_pending_adjudication_that_loses_a_race_to_its_own_key_replays_the_winner(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault, clock: ManualClock
+) -> None:
+    """§3.5: the same key and intent decided meanwhile is answered as the replay it now is."""
+    candidate_id = harness.pending(A, make_key("race-hold"))
+    key = make_key("race-hold-request")
+    winner: dict[str, Any] = {}
+    loser = _racing_service(store, vault, clock, lambda: winner.update(harness.admit(A, candidate_id, key)))
+    loser.use(DefaultPolicy(admission="adjudicate"))
+    value = ok(loser.admit(A, candidate_id, key))
+    assert value["replayed"] is True
+    assert value["outcome"] == ok(winner)["outcome"]
+    assert value["outcome"]["status"] == "accepted"
 
 
 def test_a_withdraw_that_loses_a_race_answers_already_terminal(

@@ -177,15 +177,19 @@ class _Unit(_View):
     def _drop_last_event(self) -> None:
         self._p.events.pop()
 
-    def _unbind(self, pair: tuple[str, str]) -> None:
-        self._p.idempotency.pop(pair, None)
+    def _rebind(self, pair: tuple[str, str], row: IdempotencyRow | None) -> None:
+        if row is None:
+            self._p.idempotency.pop(pair, None)
+        else:
+            self._p.idempotency[pair] = row
 
     def put_idempotency(self, principal: str, key: str, row: IdempotencyRow) -> None:
         pair = (principal, key)
-        if pair in self._p.idempotency:
+        existing = self._p.idempotency.get(pair)
+        if existing is not None and not (existing.provisional and existing.intent_digest == row.intent_digest):
             raise StoreConflictError("idempotency key already bound")
         self._p.idempotency[pair] = row
-        self.undo.append(lambda: self._unbind(pair))
+        self.undo.append(lambda: self._rebind(pair, existing))
 
     def put_candidate(self, row: CandidateRow) -> None:
         self._set(self._p.candidates, row.candidate_id, row)

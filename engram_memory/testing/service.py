@@ -402,10 +402,14 @@ class ServiceConformance:
             assert all(list(reader.postings(word)) == [] for word in words)
         assert self.verified(harness, A) == 2
 
-    def test_pending_adjudication_writes_nothing_and_a_retry_asks_again(self, harness: Harness) -> None:
-        """D4: pending_adjudication binds no key; the same key asks the policy again."""
+    def test_pending_adjudication_holds_the_key_and_a_retry_asks_again(self, harness: Harness) -> None:
+        """D4/§3.5: pending_adjudication writes no event but binds its key to its intent, provisionally.
+
+        The same key then asks the policy again; for another candidate it is DIGEST_CONFLICT.
+        """
         harness.use(ADJUDICATE)
         candidate_id = harness.pending(A, make_key("adjudicate"))
+        other_id = harness.pending(A, make_key("adjudicate-other"))
         key = make_key("adjudicate-request")
         for _ in range(2):
             with self.unchanged(harness):
@@ -413,11 +417,19 @@ class ServiceConformance:
             assert value["outcome"]["status"] == "pending_adjudication"
             assert value["replayed"] is False
             with harness.service.store.read(A.scope) as reader:
-                assert reader.idempotency(A.principal, key) is None
+                held = reader.idempotency(A.principal, key)
+            assert held is not None
+            assert held.provisional
+        with self.unchanged(harness):
+            fail(harness.admit(A, other_id, key), ErrorCode.DIGEST_CONFLICT, retriable=False)
         harness.use(ACCEPT)
         value = ok(harness.admit(A, candidate_id, key))
         assert value["outcome"]["status"] == "accepted"
         assert value["replayed"] is False
+        again = ok(harness.admit(A, candidate_id, key))
+        assert again["replayed"] is True
+        assert again["outcome"] == value["outcome"]
+        fail(harness.admit(A, other_id, key), ErrorCode.DIGEST_CONFLICT, retriable=False)
 
     def test_an_admission_replay_returns_the_original_outcome(self, harness: Harness) -> None:
         """D4: the same admission key and candidate replays byte-identically with replayed true."""

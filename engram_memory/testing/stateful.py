@@ -14,7 +14,7 @@ forgotten-content guard happen often. The model is a few dicts per scope: candid
 states, tombstoned contents, idempotency bindings and the journal high water. After every step:
 every envelope matched the model, the high water of every scope equals the number of journal
 writes the model predicts (captures, accepts, rejects, withdraws, forgets — not replays,
-``pending_adjudication`` or ``duplicate_exact`` admissions, which write no event), the store's
+``pending_adjudication`` (which only holds its key) or ``duplicate_exact`` admissions), the store's
 candidate and record states and its indexed records equal the model's, no key destruction is left
 pending, and the journal of every touched scope verifies.
 """
@@ -128,6 +128,8 @@ class _ScopeModel:
     """record id → [content, state]"""
     tombstoned: set[int] = attrs.Factory(set)
     bindings: dict[tuple[str, str], _Bound] = attrs.Factory(dict)
+    held: dict[tuple[str, str], dict[str, Any]] = attrs.Factory(dict)
+    """keys bound provisionally by a ``pending_adjudication`` admission → its arguments"""
     doomed: int = 0
     """accepted candidates whose key still waits for its batch (DESTROY_BATCH)"""
 
@@ -182,9 +184,14 @@ def service_machine(make_backend: Callable[[], ServiceFactory]) -> type[RuleBase
             self, scope: int, principal: str, tool: str, arguments: dict[str, Any], envelope: dict[str, Any]
         ) -> bool:
             """Check the envelope of an already bound key; ``False`` when the key is fresh."""
-            bound = self.model[scope].bindings.get((principal, arguments["idempotency_key"]))
+            pair = (principal, arguments["idempotency_key"])
+            bound = self.model[scope].bindings.get(pair)
             if bound is None:
-                return False
+                held = self.model[scope].held.get(pair)
+                if held is None or _intent(ADMISSION, held) == _intent(tool, arguments):
+                    return False  # fresh, or held for this very admission: the policy is asked again
+                fail(envelope, ErrorCode.DIGEST_CONFLICT, retriable=False)
+                return True
             if _intent(bound.tool, bound.arguments) == _intent(tool, arguments):
                 assert canonical_bytes(ok(envelope)) == _replayed(bound), envelope
                 if tool == FORGET:  # a replayed forget answers once no key waits in the scope
@@ -195,6 +202,7 @@ def service_machine(make_backend: Callable[[], ServiceFactory]) -> type[RuleBase
 
         def bind(self, scope: int, principal: str, tool: str, arguments: dict[str, Any], value: dict[str, Any]) -> None:
             key = arguments["idempotency_key"]
+            self.model[scope].held.pop((principal, key), None)
             self.model[scope].bindings[(principal, key)] = _Bound(tool=tool, arguments=arguments, value=value)
             self.calls.append((scope, principal, key))
 
@@ -273,6 +281,7 @@ def service_machine(make_backend: Callable[[], ServiceFactory]) -> type[RuleBase
                 verdict = "adjudicate"
             if verdict == "adjudicate":
                 assert outcome["status"] == "pending_adjudication", value
+                model.held.setdefault((principal, arguments["idempotency_key"]), arguments)
                 return multiple()
             assert outcome["cursor"] == str(model.high_water + 1), value
             model.high_water += 1

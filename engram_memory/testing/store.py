@@ -408,6 +408,39 @@ class StoreConformance:
         with store.read(SCOPE_A) as reader:
             assert reader.idempotency("principal-1", "key-a") is None
 
+    def test_only_a_provisional_binding_is_settled_and_only_by_its_intent(self, store: Store) -> None:
+        """An empty response binds provisionally: the same intent may replace it, nothing else may."""
+        held = IdempotencyRow(intent_digest=_digest("held"), response=b"")
+        settled = IdempotencyRow(intent_digest=_digest("held"), response=b'{"n":1}')
+        assert held.provisional
+        assert not settled.provisional
+        with store.write(SCOPE_A) as unit:
+            unit.put_idempotency("principal-1", "key-a", held)
+        with store.write(SCOPE_A) as unit:
+            unit.put_idempotency("principal-1", "key-a", held)  # held again by a retry
+        other = IdempotencyRow(intent_digest=_digest("other"), response=b'{"n":2}')
+        for refused in (other, attrs.evolve(other, response=b"")):
+            with pytest.raises(StoreConflictError), store.write(SCOPE_A) as unit:
+                unit.put_idempotency("principal-1", "key-a", refused)
+        with store.read(SCOPE_A) as reader:
+            assert reader.idempotency("principal-1", "key-a") == held
+
+        def settle_then_fail(unit: UnitOfWork) -> None:
+            unit.put_idempotency("principal-1", "key-a", settled)
+            raise _AbortUnitError
+
+        with pytest.raises(_AbortUnitError):
+            _run_unit(store, SCOPE_A, settle_then_fail)
+        with store.read(SCOPE_A) as reader:
+            assert reader.idempotency("principal-1", "key-a") == held  # the rollback restores the hold
+        with store.write(SCOPE_A) as unit:
+            unit.put_idempotency("principal-1", "key-a", settled)
+        for refused in (held, attrs.evolve(settled, response=b'{"n":3}')):
+            with pytest.raises(StoreConflictError), store.write(SCOPE_A) as unit:
+                unit.put_idempotency("principal-1", "key-a", refused)
+        with store.read(SCOPE_A) as reader:
+            assert reader.idempotency("principal-1", "key-a") == settled
+
     def test_idempotency_keys_are_scoped_per_principal_and_scope(self, store: Store) -> None:
         """The same key binds independently for another principal and in another scope."""
         rows = {

@@ -447,14 +447,24 @@ class _Unit(_View):
         )
 
     def put_idempotency(self, principal: str, key: str, row: IdempotencyRow) -> None:
-        """Bind (principal, key); an existing binding is never overwritten (``StoreConflictError``)."""
+        """Bind (principal, key); only a provisional binding to the same intent is overwritten.
+
+        Raises ``StoreConflictError`` for any other existing binding.
+        """
+        sid = self._sid_for_write()
         try:
             self._run(
                 "INSERT INTO idempotency (scope_id, principal, key, intent_digest, response) VALUES (?, ?, ?, ?, ?)",
-                (self._sid_for_write(), principal, key, row.intent_digest, row.response),
+                (sid, principal, key, row.intent_digest, row.response),
             )
-        except sqlite3.IntegrityError as exc:
-            raise StoreConflictError("idempotency key already bound") from exc
+        except sqlite3.IntegrityError:
+            settled = self._run(
+                "UPDATE idempotency SET response = ? WHERE scope_id = ? AND principal = ? AND key = ?"
+                " AND intent_digest = ? AND length(response) = 0",
+                (row.response, sid, principal, key, row.intent_digest),
+            )
+            if settled.rowcount != 1:
+                raise StoreConflictError("idempotency key already bound") from None
         except sqlite3.Error as exc:
             raise translate(exc, "put_idempotency") from exc
 
