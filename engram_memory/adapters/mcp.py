@@ -8,8 +8,10 @@ It uses the SDK's low-level :class:`mcp.server.lowlevel.Server`, never the decor
 (``MCPServer.tool()``): that API derives its own schemas from type hints, coerces ``"10"`` to
 ``10`` and silently drops unknown keys, where the contract wants closed schemas, no coercion and
 ``INVALID_SCHEMA`` for an extra key. The low-level server advertises our ``inputSchema``
-without ever applying it, so the arguments reach :meth:`MemoryService.call_tool` exactly as the
-client sent them.
+without ever applying it, so the arguments reach :meth:`MemoryService.call_tool` as the SDK
+parsed them: no defaults, no coercion. One thing is lost before this module sees a message: the
+SDK's JSON parser keeps the last of duplicate keys, so a duplicated argument is not refused as
+``INVALID_SCHEMA`` here (it is where the core parses JSON itself, ``parse_json``).
 
 What crosses the wire:
 
