@@ -5,7 +5,8 @@ Every mutation goes through it (founding document §0 "mutation guard"; DESIGN D
 * **Idempotency.** Keys are scoped to (scope, principal) across the four mutating tools; the bound
   intent is the digest of (tool, canonical arguments). Same key and intent: the original response;
   same key, other intent: ``DIGEST_CONFLICT`` with nothing written. The binding commits in the same
-  unit of work as the mutation, so replays survive restarts.
+  unit of work as the mutation, so replays survive restarts. An admission left
+  ``pending_adjudication`` holds its key provisionally (:meth:`MutationGuard.hold`).
 * **Confirmation gate.** Bound to tool, target and operation digest, approved within 300 s of its
   request, used within 30 s of approval, and consumed (single use) in the mutation's unit of work.
 * **Unit of work.** Port errors become memory errors: busy → ``STORE_UNAVAILABLE`` (retriable), an
