@@ -80,7 +80,8 @@ class Domain(enum.Enum):
 
     PAYLOAD = "graphify-memory/payload/v2\0"
     RECORD = "graphify-memory/record/v2\0"
-    # receipt kinds shared with the reference engine
+    # receipt kinds shared with the reference engine (a few are reserved: kept for interoperability,
+    # not used here — see docs/contract.md)
     CAPTURE_IDENTITY = "graphify-memory/capture-identity/v1\0"
     PENDING_CONTEXT = "graphify-memory/pending-context/v1\0"
     ASSERTED_TRUST = "graphify-memory/asserted-trust/v1\0"
@@ -116,8 +117,6 @@ class Domain(enum.Enum):
     GET_PACKET = "engram-memory/get-packet/v1\0"
     SEARCH_RESPONSE = "engram-memory/search-response/v1\0"
     COVERAGE = "engram-memory/coverage/v1\0"
-    CONFIRMATION = "engram-memory/confirmation/v1\0"
-    TOMBSTONE_MATCH = "engram-memory/tombstone-match/v1\0"
 
     @property
     def prefix(self) -> bytes:

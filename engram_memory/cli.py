@@ -330,11 +330,11 @@ def _parser() -> argparse.ArgumentParser:
     stats.set_defaults(run=_cmd_stats)
     serve = commands.add_parser(
         "serve-mcp",
-        help="serve the six tools over MCP stdio for one fixed local scope",
+        help="serve search, get, capture and request_admission over MCP stdio for one fixed local scope",
         description=(
-            "Serve the six memory tools over MCP stdio, bound to one tenant, workspace, principal and purpose "
+            "Serve the memory tools over MCP stdio, bound to one tenant, workspace, principal and purpose "
             "(local single-tenant use). withdraw and forget need a host confirmation, which a fixed stdio "
-            "binding cannot carry: they answer JSON-RPC -32603."
+            "binding cannot carry, so they are not served (-32602, like any ungranted tool)."
         ),
     )
     serve.add_argument("--db", required=True, help="the SQLite database file (created if missing)")

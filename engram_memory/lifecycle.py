@@ -23,7 +23,7 @@ def not_found() -> EngramError:
 
 
 def check_withdrawable(row: CandidateRow | None) -> CandidateRow:
-    """The candidate a withdraw may end, or the refusal (checked before and inside the unit)."""
+    """The candidate a withdraw may end, or the refusal (checked inside the unit)."""
     if row is None:
         raise not_found()
     if row.state in {"withdrawn", "rejected"}:
@@ -34,7 +34,7 @@ def check_withdrawable(row: CandidateRow | None) -> CandidateRow:
 
 
 def check_forgettable(row: RecordRow | None) -> RecordRow:
-    """The record a forget may tombstone, or the refusal (checked before and inside the unit)."""
+    """The record a forget may tombstone, or the refusal (checked inside the unit)."""
     if row is None:
         raise not_found()
     if row.state == "tombstoned":
