@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,100000", help="documents already indexed (comma-separated)")
     parser.add_argument("--docs", type=int, default=320, help="documents added per size and design")
-    parser.add_argument("--terms", type=int, default=77, help="distinct terms per document")
+    parser.add_argument("--terms", type=int, default=67, help="distinct terms per document")
     parser.add_argument("--merge-every", type=int, default=64, help="pending documents per merge")
     args = parser.parse_args(argv)
     sizes = [int(value) for value in args.sizes.split(",")]

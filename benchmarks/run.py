@@ -23,7 +23,9 @@ The limits (bare durable SQLite transactions with the row counts of our cycle, R
 process, interleaved one-for-one with our operations, so a neighbour slowing the disk or the CPU
 slows both. Cost growth compares processes run minutes apart, so the writes are measured a
 second time in a paired pass (the smallest and the largest size in two processes alive at once,
-taking turns in blocks of ten operations), and a write counts as flat only if both passes say so.
+taking turns in blocks of ten operations), and a write counts as flat only if both passes say so,
+by p50 and by mean. Reads are measured before the writes, while the scope holds exactly ``N``
+records, as the FTS5 limit does.
 Three private handles are used, read-only or for the preload only: the vault's connection (one
 transaction around a preload batch's seals), the store's idle connections (a larger page cache
 while preloading; trace callbacks to count the rows a cycle writes).
@@ -64,6 +66,7 @@ import rfc8785  # noqa: E402
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: E402
 
 from engram_memory import Confirmation, DefaultPolicy, HostBinding, MemoryService, connect  # noqa: E402
+from engram_memory.canonical import canonical_bytes  # noqa: E402
 from engram_memory.ports import RankingQuery  # noqa: E402
 from engram_memory.ranking.tokenizer import field_texts  # noqa: E402
 from engram_memory.records import complete_payload  # noqa: E402
@@ -98,7 +101,6 @@ COUNTS = {
     "get": (150, 300),
     "queries": (10, 30),
     "walks": (3, 5),
-    "bare": (100, 200),
 }
 SEARCH_CLASS_BUDGET_S = (4.0, 15.0)
 """Stop a search class early after this long (at least 3 samples are always taken)."""
@@ -138,11 +140,12 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def summary(latencies: Sequence[float]) -> dict[str, float]:
-    """Operations/s (single caller), p50 and p99 in seconds, sample count."""
+    """Operations/s (single caller), mean, p50 and p99 in seconds, sample count."""
     total = sum(latencies)
     return {
         "n": len(latencies),
         "ops": len(latencies) / total if total > 0 else 0.0,
+        "mean": total / len(latencies),
         "p50": percentile(latencies, 50),
         "p99": percentile(latencies, 99),
     }
@@ -579,7 +582,7 @@ def worker_load(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def worker_measure(params: dict[str, Any]) -> dict[str, Any]:
-    """Writes then (unless ``params["reads"]`` is false) reads through the service, on one backend at one size."""
+    """Reads (unless ``params["reads"]`` is false) then writes through the service, on one backend at one size."""
     corpus = corpus_module.SyntheticCorpus()
     quick = bool(params["quick"])
     size = int(params["size"])
@@ -600,11 +603,11 @@ def worker_measure(params: dict[str, Any]) -> dict[str, Any]:
     binding = binding_for(corpus.tenants[0])
     try:
         gone: set[str] = set()
+        if params.get("reads", True):  # first, while the scope holds exactly ``size`` records, as FTS5 does
+            out["reads"] = measure_reads(service, corpus, binding, ids, gone, quick=quick, fts=fts)
         writes, audit = measure_writes(service, corpus, binding, ids, gone, quick=quick, bare=bare)
         out["writes"] = writes
         out["audit"] = audit
-        if params.get("reads", True):
-            out["reads"] = measure_reads(service, corpus, binding, ids, gone, quick=quick, fts=fts)
     finally:
         service.close()
         if bare is not None:
@@ -698,9 +701,15 @@ class BareDurable:
 
 
 def bare_crypto(payload: dict[str, Any], scope: str) -> float:
-    """The CPU limit of a capture: RFC 8785 once, SHA-256 once, one AES-256-GCM seal under a fresh key."""
+    """The CPU limit of a capture: RFC 8785 once, SHA-256 once, one AES-256-GCM seal under a fresh key.
+
+    The RFC 8785 step uses the fastest encoder we have whose bytes equal the ``rfc8785`` package's
+    (the library's ``canonical_bytes``, about 4× faster; checked on the payload before timing).
+    """
+    if canonical_bytes(payload) != rfc8785.dumps(payload):
+        raise AssertionError("canonical_bytes and rfc8785 disagree on a benchmark payload")
     started = time.perf_counter()
-    canonical = rfc8785.dumps(payload)
+    canonical = canonical_bytes(payload)
     hashlib.sha256(b"graphify-memory/payload/v2\0" + canonical).hexdigest()
     AESGCM(AESGCM.generate_key(bit_length=256)).encrypt(secrets.token_bytes(12), canonical, scope.encode())
     return time.perf_counter() - started
@@ -864,14 +873,19 @@ def growth(results: dict[str, Any]) -> tuple[list[str], list[tuple[str, bool | N
 
     Writes are measured twice, with the rest of the run (sizes one after another) and in the paired
     pass (smallest and largest size at once, see :func:`measure_paired`); their cells read
-    ``sequential · paired`` and a write is flat only if both ratios are ≤ 1.25×.
+    ``sequential · paired``. A write's cost is judged by its p50 and by its mean (which carries the
+    work done once every few operations: checkpoints, key batches): it is flat only if all four
+    ratios are ≤ 1.25×.
     """
     sizes = results["sizes"]
     small, large = sizes[0], sizes[-1]
     factor = large / small
     lines = [
-        f"| backend | operation | p50 {fmt_size(small)} (ms) | p50 {fmt_size(large)} (ms) | ratio | goal |",
-        "| --- | --- | --- | --- | --- | --- |",
+        (
+            f"| backend | operation | p50 {fmt_size(small)} (ms) | p50 {fmt_size(large)} (ms) "
+            "| ratio | mean ratio | goal |"
+        ),
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     verdicts: list[tuple[str, bool | None, str]] = []
     for backend in results["backends"]:
@@ -884,9 +898,12 @@ def growth(results: dict[str, Any]) -> tuple[list[str], list[tuple[str, bool | N
                 if not measured:
                     continue
                 ratios = [b["p50"] / a["p50"] for a, b in measured]
+                means = [b["mean"] / a["mean"] for a, b in measured]
                 if section == "writes":
-                    goal, met = "≤ 1.25× (flat)", max(ratios) <= 1.25
-                    verdicts.append((f"{BACKEND_LABELS[backend]} {op_label(op)}", met, f"{max(ratios):.2f}×"))
+                    worst = max(*ratios, *means)
+                    goal, met = "≤ 1.25× (flat)", worst <= 1.25
+                    which = "p50" if max(ratios) >= max(means) else "mean"
+                    verdicts.append((f"{BACKEND_LABELS[backend]} {op_label(op)}", met, f"{worst:.2f}× ({which})"))
                 elif op == "get":
                     goal, met = "flat", None
                 else:
@@ -896,6 +913,7 @@ def growth(results: dict[str, Any]) -> tuple[list[str], list[tuple[str, bool | N
                     f"| {' · '.join(fmt_ms(a['p50']) for a, _ in measured)} "
                     f"| {' · '.join(fmt_ms(b['p50']) for _, b in measured)} "
                     f"| {' · '.join(f'{ratio:.2f}×' for ratio in ratios)} "
+                    f"| {' · '.join(f'{ratio:.2f}×' for ratio in means)} "
                     f"| {goal}{'' if met is None else (' ✓' if met else ' ✗')} |"
                 )
     return lines, verdicts
@@ -944,8 +962,9 @@ def render(results: dict[str, Any]) -> str:  # noqa: C901, PLR0912, PLR0915 - on
                 "Writes are measured twice: in the run above, each size in its own process minutes apart, and in a "
                 f"paired pass, where a {fmt_size(sizes[0])} and a {fmt_size(sizes[-1])} process (fresh copies) are "
                 f"alive at once and take turns, {PAIRED_BLOCK} operations at a time, so a drift of the machine "
-                "reaches both sizes alike. Their cells read sequential · paired; a write is flat only if both "
-                "ratios are ≤ 1.25×."
+                "reaches both sizes alike. Their cells read sequential · paired. A write is flat only if all four "
+                "ratios, p50 and mean in both passes, are ≤ 1.25× (the mean carries what is done once every few "
+                "operations: WAL checkpoints, batched key destruction)."
             ),
             "",
         ]
@@ -954,7 +973,7 @@ def render(results: dict[str, Any]) -> str:  # noqa: C901, PLR0912, PLR0915 - on
         lines, verdicts = growth(results)
         out += lines
         writes_met = all(met for _, met, _ in verdicts) if verdicts else None
-        worst = max(verdicts, key=lambda v: float(v[2].rstrip("×"))) if verdicts else None
+        worst = max(verdicts, key=lambda v: float(v[2].split("×")[0])) if verdicts else None
         targets.append(
             (
                 f"writes at {fmt_size(large)} ≤ 1.25× their cost at {fmt_size(sizes[0])}",
@@ -1051,7 +1070,7 @@ def render(results: dict[str, Any]) -> str:  # noqa: C901, PLR0912, PLR0915 - on
     )
     limit_row(
         "capture, in-memory",
-        "RFC 8785 + SHA-256 + AES-GCM seal of the payload",
+        "RFC 8785 (fastest byte-identical encoder) + SHA-256 + AES-GCM seal of the payload",
         "memory",
         section="writes",
         op="capture",
