@@ -148,7 +148,7 @@ class _Unit(_View):
 
     def __init__(self, partition: _Partition) -> None:
         super().__init__(partition)
-        self.undo: list[Callable[[], None]] = []
+        self.undo: list[Callable[[], object]] = []
 
     def _set(self, table: dict[str, CandidateRow] | dict[str, RecordRow], key: str, row: object) -> None:
         missing = key not in table
@@ -222,8 +222,7 @@ class _Unit(_View):
         document = self._p.documents.get(record_id)
         if document is None:
             return
-        keyed = [(term, bucket[record_id]) for term, bucket in self._p.buckets[record_id]]
-        self._remove_document(document)
+        keyed = self._remove_document(document)
         self.undo.append(lambda: self._add_document(document, keyed))
 
     def _add_document(self, document: IndexedDocument, keyed: Sequence[tuple[str, str]]) -> None:
@@ -239,16 +238,19 @@ class _Unit(_View):
         for position, length in enumerate(document.lengths):
             self._p.total_lengths[position] += length
 
-    def _remove_document(self, document: IndexedDocument) -> None:
+    def _remove_document(self, document: IndexedDocument) -> list[tuple[str, str]]:
+        """Unindex ``document``; return its (term, occurrence key) pairs, for :meth:`_add_document`."""
         rid = document.record_id
         del self._p.documents[rid]
         for position, length in enumerate(document.lengths):
             self._p.total_lengths[position] -= length
         occurrences = self._p.occurrences
+        keyed = []
         for term, bucket in self._p.buckets.pop(rid):
-            del bucket[rid]
+            keyed.append((term, bucket.pop(rid)))
             if not bucket:
                 del occurrences[term]
+        return keyed
 
     def doom_key(self, key_ref: str) -> None:
         self._add(self._p.doomed, key_ref)
