@@ -143,12 +143,18 @@ class _View:
         return sorted(self._p.doomed)
 
 
+def _keyed(document: IndexedDocument) -> list[tuple[str, str]]:
+    """The (term, occurrence key) pairs of a document; raises on a tuple of the wrong length."""
+    lengths = document.lengths
+    return [(term, intern(occurrence_key(frequencies, lengths))) for term, frequencies in document.terms.items()]
+
+
 class _Unit(_View):
     """A unit of work with an undo log."""
 
     def __init__(self, partition: _Partition) -> None:
         super().__init__(partition)
-        self.undo: list[Callable[[], object]] = []
+        self.undo: list[Callable[[], None]] = []
 
     def _set(self, table: dict[str, CandidateRow] | dict[str, RecordRow], key: str, row: object) -> None:
         missing = key not in table
@@ -212,8 +218,8 @@ class _Unit(_View):
         terms = {term: tuple(frequencies) for term, frequencies in document.terms.items()}
         if len(lengths) != len(FIELDS) or any(len(frequencies) != len(FIELDS) for frequencies in terms.values()):
             raise ValueError("lengths and frequencies need one entry per field")
-        keyed = [(term, intern(occurrence_key(frequencies, lengths))) for term, frequencies in terms.items()]
         stored = attrs.evolve(document, lengths=lengths, terms=terms)
+        keyed = _keyed(stored)
         self.unindex(document.record_id)
         self._add_document(stored, keyed)
         self.undo.append(lambda: self._remove_document(stored))
@@ -222,8 +228,8 @@ class _Unit(_View):
         document = self._p.documents.get(record_id)
         if document is None:
             return
-        keyed = self._remove_document(document)
-        self.undo.append(lambda: self._add_document(document, keyed))
+        self._remove_document(document)  # the hot path of forget: no allocation
+        self.undo.append(lambda: self._add_document(document, _keyed(document)))
 
     def _add_document(self, document: IndexedDocument, keyed: Sequence[tuple[str, str]]) -> None:
         """Index ``document`` whose (term, occurrence key) pairs are ``keyed`` (cannot raise)."""
@@ -238,19 +244,16 @@ class _Unit(_View):
         for position, length in enumerate(document.lengths):
             self._p.total_lengths[position] += length
 
-    def _remove_document(self, document: IndexedDocument) -> list[tuple[str, str]]:
-        """Unindex ``document``; return its (term, occurrence key) pairs, for :meth:`_add_document`."""
+    def _remove_document(self, document: IndexedDocument) -> None:
         rid = document.record_id
         del self._p.documents[rid]
         for position, length in enumerate(document.lengths):
             self._p.total_lengths[position] -= length
         occurrences = self._p.occurrences
-        keyed = []
         for term, bucket in self._p.buckets.pop(rid):
-            keyed.append((term, bucket.pop(rid)))
+            del bucket[rid]
             if not bucket:
                 del occurrences[term]
-        return keyed
 
     def doom_key(self, key_ref: str) -> None:
         self._add(self._p.doomed, key_ref)
