@@ -39,9 +39,9 @@ import pytest
 from engram_memory import DefaultPolicy, ManualClock, MemoryAdmin, MemoryService
 from engram_memory.canonical import canonical_bytes
 from engram_memory.connect import connect
-from engram_memory.ports import Store, StoreReader, UnitOfWork
+from engram_memory.ports import Store, StoreReader
 from engram_memory.testing import capture_args, confirm, ok
-from engram_memory.testing.fakes import ADMISSION, CAPTURE, FORGET, WITHDRAW
+from engram_memory.testing.fakes import ADMISSION, CAPTURE, FORGET, WITHDRAW, StoreWrapper
 from tests.sqlite_workers.common import SCOPES, binding
 from tests.sqlite_workers.concurrency_worker import pair_principal
 
@@ -226,14 +226,14 @@ def test_four_processes_commit_every_logical_operation_exactly_once(tmp_path: Pa
 # --------------------------------------------------------------------------- one race, made deterministic
 
 
-class _CompetitorFirst:
+class _CompetitorFirst(StoreWrapper):
     """A Store wrapper that lets a competitor's call run to completion just before the n-th read.
 
     It stands for a second process: the competitor uses its own ``SQLiteStore`` on the same file.
     """
 
     def __init__(self, inner: Store, *, before_read: int, competitor: Callable[[], None]) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._reads = 0
         self._before = before_read
         self._competitor: Callable[[], None] | None = competitor
@@ -243,19 +243,7 @@ class _CompetitorFirst:
         if self._reads == self._before and self._competitor is not None:
             competitor, self._competitor = self._competitor, None
             competitor()
-        return self._inner.read(scope)
-
-    def write(self, scope: str) -> AbstractContextManager[UnitOfWork]:
-        return self._inner.write(scope)
-
-    def scopes(self) -> list[str]:
-        return self._inner.scopes()
-
-    def secret(self) -> bytes:
-        return self._inner.secret()
-
-    def close(self) -> None:
-        self._inner.close()
+        return self.inner.read(scope)
 
 
 @pytest.mark.parametrize("tool", [WITHDRAW, FORGET, ADMISSION])

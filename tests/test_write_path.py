@@ -33,6 +33,7 @@ from engram_memory.testing import ServiceConformance
 from engram_memory.testing.fakes import (
     WITHDRAW,
     Harness,
+    StoreWrapper,
     fail,
     inmemory_scope_contents,
     make_binding,
@@ -61,30 +62,18 @@ class FlakyVault(InMemoryKeyVault):
         super().destroy(*key_refs)
 
 
-class RacingStore:
+class RacingStore(StoreWrapper):
     """Delegates to an InMemoryStore, running ``competitor`` just before the first unit of work."""
 
     def __init__(self, inner: InMemoryStore, competitor: Callable[[], object]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.competitor: Callable[[], object] | None = competitor
-
-    def read(self, scope: str) -> AbstractContextManager[Any]:
-        return self.inner.read(scope)
 
     def write(self, scope: str) -> AbstractContextManager[Any]:
         if self.competitor is not None:
             competitor, self.competitor = self.competitor, None
             competitor()
         return self.inner.write(scope)
-
-    def scopes(self) -> list[str]:
-        return self.inner.scopes()
-
-    def secret(self) -> bytes:
-        return self.inner.secret()
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 @pytest.fixture
@@ -489,7 +478,7 @@ def test_a_vault_failing_to_seal_is_retriable_and_writes_nothing(
 # --------------------------------------------------------------------------- keys of units that do not commit
 
 
-class CommitFaults:
+class CommitFaults(StoreWrapper):
     """Delegates to an InMemoryStore; the next units of work fail after their body ran.
 
     ``StoreOutcomeUnknownError`` is raised after the inner unit committed; any other error inside
@@ -499,12 +488,9 @@ class CommitFaults:
     def __init__(
         self, inner: InMemoryStore, faults: list[Exception], after_fault: Callable[[], object] | None = None
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.faults = faults
         self.after_fault = after_fault
-
-    def read(self, scope: str) -> AbstractContextManager[Any]:
-        return self.inner.read(scope)
 
     @contextmanager
     def write(self, scope: str) -> Iterator[Any]:
@@ -519,15 +505,6 @@ class CommitFaults:
         finally:
             if fault is not None and self.after_fault is not None:
                 self.after_fault()
-
-    def scopes(self) -> list[str]:
-        return self.inner.scopes()
-
-    def secret(self) -> bytes:
-        return self.inner.secret()
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def _faulty(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
@@ -28,6 +29,8 @@ from engram_memory.ports import (
     Policy,
     RecordRow,
     Store,
+    StoreReader,
+    UnitOfWork,
 )
 from engram_memory.service import MemoryService
 from engram_memory.stores.memory import InMemoryStore
@@ -45,6 +48,7 @@ __all__ = [
     "Harness",
     "PolicyOverride",
     "ServiceFactory",
+    "StoreWrapper",
     "capture_args",
     "confirm",
     "content_digest",
@@ -328,6 +332,37 @@ def fail(envelope: dict[str, Any], code: ErrorCode, *, retriable: bool | None = 
     if retriable is not None:
         assert error["retriable"] is retriable, envelope
     return error
+
+
+class StoreWrapper:
+    """A :class:`~engram_memory.ports.Store` that hands every call to ``inner``.
+
+    Subclass it and override the calls a test intercepts (a fault before or after a commit, a
+    competitor run at a chosen moment).
+    """
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+
+    def read(self, scope: str) -> AbstractContextManager[StoreReader]:
+        """``inner.read``."""
+        return self.inner.read(scope)
+
+    def write(self, scope: str) -> AbstractContextManager[UnitOfWork]:
+        """``inner.write``."""
+        return self.inner.write(scope)
+
+    def scopes(self) -> list[str]:
+        """``inner.scopes``."""
+        return self.inner.scopes()
+
+    def secret(self) -> bytes:
+        """``inner.secret``."""
+        return self.inner.secret()
+
+    def close(self) -> None:
+        """``inner.close``."""
+        self.inner.close()
 
 
 class PolicyOverride:

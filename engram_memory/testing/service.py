@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -59,6 +59,7 @@ from engram_memory.testing.fakes import (
     Harness,
     PolicyOverride,
     ServiceFactory,
+    StoreWrapper,
     capture_args,
     distinctive_words,
     fail,
@@ -124,36 +125,24 @@ def _protocol_code(call: Callable[[], object]) -> JsonRpcCode:
     return info.value.code
 
 
-class _WriteFaults:
+class _WriteFaults(StoreWrapper):
     """A Store wrapper that fails chosen ``write`` calls (before or after the inner commit)."""
 
     def __init__(self, inner: Store, *, unavailable: int = 0, outcome_unknown: int = 0) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._unavailable = unavailable
         self._outcome_unknown = outcome_unknown
-
-    def read(self, scope: str) -> AbstractContextManager[Any]:
-        return self._inner.read(scope)
 
     @contextmanager
     def write(self, scope: str) -> Iterator[Any]:
         if self._unavailable:
             self._unavailable -= 1
             raise StoreUnavailableError("injected: store busy")
-        with self._inner.write(scope) as unit:
+        with self.inner.write(scope) as unit:
             yield unit
         if self._outcome_unknown:
             self._outcome_unknown -= 1
             raise StoreOutcomeUnknownError("injected: connection lost after COMMIT")
-
-    def scopes(self) -> list[str]:
-        return self._inner.scopes()
-
-    def secret(self) -> bytes:
-        return self._inner.secret()
-
-    def close(self) -> None:
-        self._inner.close()
 
 
 class ServiceConformance:
