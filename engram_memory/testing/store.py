@@ -173,6 +173,14 @@ def _populate(unit: UnitOfWork, tag: str) -> None:
     unit.doom_key(f"key_doomed_{tag}")
 
 
+def _populated(store: Store) -> dict[str, Any]:
+    """Commit :func:`_populate` ``"a"`` in ``SCOPE_A``; return the scope's :func:`_snapshot` after it."""
+    with store.write(SCOPE_A) as unit:
+        _populate(unit, "a")
+    with store.read(SCOPE_A) as reader:
+        return _snapshot(reader)
+
+
 _PROBE_TAGS = ("a", "b", "c", "x")
 
 
@@ -327,10 +335,7 @@ class StoreConformance:
 
     def test_an_exception_rolls_back_every_write(self, store: Store) -> None:
         """An exception inside the unit undoes events, rows, index, idempotency and the rest."""
-        with store.write(SCOPE_A) as unit:
-            _populate(unit, "a")
-        with store.read(SCOPE_A) as reader:
-            before = _snapshot(reader)
+        before = _populated(store)
 
         def doomed(unit: UnitOfWork) -> None:
             _populate(unit, "b")
@@ -350,10 +355,7 @@ class StoreConformance:
 
     def test_a_conflict_rolls_back_the_whole_unit(self, store: Store) -> None:
         """A StoreConflictError raised by the port leaves none of the unit's earlier writes."""
-        with store.write(SCOPE_A) as unit:
-            _populate(unit, "a")
-        with store.read(SCOPE_A) as reader:
-            before = _snapshot(reader)
+        before = _populated(store)
 
         def conflicting(unit: UnitOfWork) -> None:
             _append(unit)
@@ -726,10 +728,7 @@ class StoreConformance:
 
     def test_a_malformed_document_raises_and_its_unit_leaves_nothing(self, store: Store) -> None:
         """``index_document`` refuses a tuple without one entry per field; the unit rolls back whole."""
-        with store.write(SCOPE_A) as unit:
-            _populate(unit, "a")
-        with store.read(SCOPE_A) as reader:
-            before = _snapshot(reader)
+        before = _populated(store)
         good = _document("mem_a", {"fresh": _freq(primary=1), "worda": _freq(context=2)})
         malformed = [
             attrs.evolve(good, terms={"fresh": _freq(primary=1), "worda": (1, 2)}),
@@ -798,10 +797,7 @@ class StoreConformance:
         """Capability ``persists_across_reopen``: another store over the same data reads the same."""
         if not persists_across_reopen:
             pytest.skip("the backend does not persist across reopen")
-        with store.write(SCOPE_A) as unit:
-            _populate(unit, "a")
-        with store.read(SCOPE_A) as reader:
-            before = _snapshot(reader)
+        before = _populated(store)
         secret = store.secret()
         store.close()
         reopen: Callable[[], Store] = request.getfixturevalue("reopen")
