@@ -173,13 +173,15 @@ class MutationGuard:
         key and intent completed the operation first (the caller answers it as a replay).
 
         Raises:
-            EngramError: ``DIGEST_CONFLICT`` if the key is bound to another intent meanwhile.
+            EngramError: ``DIGEST_CONFLICT`` if the key is bound to another intent meanwhile;
+                ``DEADLINE_EXCEEDED`` if the binding's deadline passed before the binding commits.
         """
 
         def work(unit: UnitOfWork) -> dict[str, Any] | None:
             row = unit.idempotency(binding.principal, key)
             completed = self.check_replay(row, intent)
             if row is None:
+                self._check_deadline(binding)
                 unit.put_idempotency(binding.principal, key, IdempotencyRow(intent_digest=intent, response=b""))
             return completed
 
@@ -313,9 +315,12 @@ class MutationGuard:
         return result
 
     def _last_checks(self, unit: UnitOfWork, binding: HostBinding, confirmation: Confirmation | None) -> None:
+        self._check_deadline(binding)
+        self.consume(unit, confirmation)
+
+    def _check_deadline(self, binding: HostBinding) -> None:
         if binding.deadline is not None and self._clock.now() >= binding.deadline:
             raise EngramError(ErrorCode.DEADLINE_EXCEEDED, detail="deadline passed before commit")
-        self.consume(unit, confirmation)
 
     def _discard_fresh_keys(self, runs: Sequence[Attempt | None]) -> None:
         """Destroy the keys sealed by runs whose units did not commit (best effort)."""

@@ -24,6 +24,10 @@ def _str_set(items: Iterable[str]) -> frozenset[str]:
     return frozenset(items)
 
 
+_BOOL = attrs.validators.instance_of(bool)
+_NON_EMPTY = attrs.validators.and_(attrs.validators.instance_of(str), attrs.validators.min_len(1))
+
+
 def _sorted_pointers(pointers: Iterable[str] | None) -> tuple[str, ...] | None:
     return None if pointers is None else tuple(sorted(set(pointers)))
 
@@ -49,22 +53,31 @@ class DefaultPolicy:
             ``capability_policy`` also allows it); off by default.
         policy_id: an opaque ref naming the policy.
         policy_version: bump it to make decisions on older candidates ``POLICY_STALE``.
+
+    Raises:
+        TypeError, ValueError: at construction, for a flag that is not a ``bool``, a trust class
+            outside the three, an empty id or version (a policy answering them would make every
+            call ``POLICY_UNAVAILABLE``).
     """
 
     admission: Literal["adjudicate", "accept", "reject"] = attrs.field(
         default="adjudicate", validator=attrs.validators.in_(tuple(_DECISIONS))
     )
-    confirm_capture: bool = False
-    confirm_admission: bool = False
-    allow_retain: bool = False
-    max_retention: timedelta | None = timedelta(days=365)
+    confirm_capture: bool = attrs.field(default=False, validator=_BOOL)
+    confirm_admission: bool = attrs.field(default=False, validator=_BOOL)
+    allow_retain: bool = attrs.field(default=False, validator=_BOOL)
+    max_retention: timedelta | None = attrs.field(
+        default=timedelta(days=365), validator=attrs.validators.instance_of((timedelta, type(None)))
+    )
     family_refs: frozenset[str] = attrs.field(default=frozenset(), converter=_str_set)
     redaction: tuple[str, ...] | None = attrs.field(default=None, converter=_sorted_pointers)
     tools: frozenset[str] = attrs.field(default=ALL_TOOLS, converter=_str_set)
-    trust: Literal["asserted", "earned", "signed"] = "asserted"
-    network: bool = False
-    policy_id: str = "engram-memory:default-policy"
-    policy_version: str = "1"
+    trust: Literal["asserted", "earned", "signed"] = attrs.field(
+        default="asserted", validator=attrs.validators.in_(("asserted", "earned", "signed"))
+    )
+    network: bool = attrs.field(default=False, validator=_BOOL)
+    policy_id: str = attrs.field(default="engram-memory:default-policy", validator=_NON_EMPTY)
+    policy_version: str = attrs.field(default="1", validator=_NON_EMPTY)
 
     def granted_tools(self, binding: HostBinding) -> frozenset[str]:
         """The configured tools, intersected with the binding's."""

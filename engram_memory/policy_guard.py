@@ -8,7 +8,8 @@ boolean): both are ``POLICY_UNAVAILABLE``, before anything is written.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from datetime import datetime, timedelta
 from typing import Literal, TypeVar, cast
 
@@ -44,6 +45,10 @@ def _is_str(value: object) -> bool:
     return isinstance(value, str) and value != ""
 
 
+def _is_one_of(value: object, allowed: frozenset[str]) -> bool:
+    return isinstance(value, str) and value in allowed
+
+
 def _is_aware(value: object) -> bool:
     return isinstance(value, datetime) and value.utcoffset() is not None
 
@@ -57,7 +62,7 @@ def _is_constraints(value: object) -> bool:
     return (
         isinstance(allow, bool)
         and (cap is None or isinstance(cap, timedelta))
-        and isinstance(families, frozenset)
+        and isinstance(families, AbstractSet)
         and all(isinstance(ref, str) for ref in families)
     )
 
@@ -65,18 +70,28 @@ def _is_constraints(value: object) -> bool:
 def _is_decision(value: object) -> bool:
     return (
         isinstance(value, AdmissionDecision)
-        and value.decision in _DECISIONS
+        and _is_one_of(value.decision, _DECISIONS)
         and all(_is_str(text) for text in (value.record_digest, value.policy_id, value.policy_version))
         and _is_aware(value.issued_at)
     )
 
 
 def _strings(value: object) -> tuple[str, ...]:
-    """``value`` as a tuple of strings, if it is a list, tuple or set of them."""
-    if not isinstance(value, list | tuple | frozenset | set):
+    """``value`` as a tuple of strings, if it is an iterable of them (a lone string is not)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         return _shaped((), well_formed=False)
     items: tuple[object, ...] = tuple(value)
     return cast("tuple[str, ...]", _shaped(items, well_formed=all(isinstance(item, str) for item in items)))
+
+
+def _checked(answer: Callable[[], _T], well_formed: Callable[[_T], bool]) -> _T:
+    """The policy's answer if it is well formed; every failure, the check's too, is ``POLICY_UNAVAILABLE``."""
+
+    def checked() -> _T:
+        value = answer()
+        return _shaped(value, well_formed=well_formed(value))
+
+    return _guarded(checked)
 
 
 class GuardedPolicy:
@@ -88,12 +103,12 @@ class GuardedPolicy:
     @property
     def policy_id(self) -> str:
         """The wrapped policy's id."""
-        return _guarded(lambda: _shaped(self.inner.policy_id, well_formed=_is_str(self.inner.policy_id)))
+        return _checked(lambda: self.inner.policy_id, _is_str)
 
     @property
     def policy_version(self) -> str:
         """The wrapped policy's version."""
-        return _guarded(lambda: _shaped(self.inner.policy_version, well_formed=_is_str(self.inner.policy_version)))
+        return _checked(lambda: self.inner.policy_version, _is_str)
 
     def granted_tools(self, binding: HostBinding) -> frozenset[str]:
         """See :meth:`Policy.granted_tools`."""
@@ -101,30 +116,33 @@ class GuardedPolicy:
 
     def capture_constraints(self, binding: HostBinding) -> CaptureConstraints:
         """See :meth:`Policy.capture_constraints`."""
-        constraints = _guarded(lambda: self.inner.capture_constraints(binding))
-        return _shaped(constraints, well_formed=_is_constraints(constraints))
+        return _checked(lambda: self.inner.capture_constraints(binding), _is_constraints)
 
     def requires_confirmation(self, tool: str, binding: HostBinding) -> bool:
         """See :meth:`Policy.requires_confirmation`."""
-        required = _guarded(lambda: self.inner.requires_confirmation(tool, binding))
-        return _shaped(required, well_formed=isinstance(required, bool))
+        return _checked(lambda: self.inner.requires_confirmation(tool, binding), _is_bool)
 
     def redaction_allowlist(self, binding: HostBinding) -> tuple[str, ...] | None:
         """See :meth:`Policy.redaction_allowlist`."""
-        allowlist = _guarded(lambda: self.inner.redaction_allowlist(binding))
-        return None if allowlist is None else _strings(allowlist)
+
+        def allowlist() -> tuple[str, ...] | None:
+            answer = self.inner.redaction_allowlist(binding)
+            return None if answer is None else _strings(answer)
+
+        return _guarded(allowlist)
 
     def trust_class(self, binding: HostBinding) -> Literal["asserted", "earned", "signed"]:
         """See :meth:`Policy.trust_class`."""
-        trust = _guarded(lambda: self.inner.trust_class(binding))
-        return _shaped(trust, well_formed=trust in _TRUST_CLASSES)
+        return _checked(lambda: self.inner.trust_class(binding), lambda trust: _is_one_of(trust, _TRUST_CLASSES))
 
     def allows_network(self, binding: HostBinding) -> bool:
         """See :meth:`Policy.allows_network`."""
-        allowed = _guarded(lambda: self.inner.allows_network(binding))
-        return _shaped(allowed, well_formed=isinstance(allowed, bool))
+        return _checked(lambda: self.inner.allows_network(binding), _is_bool)
 
     def decide(self, request: AdmissionRequest, now: datetime) -> AdmissionDecision:
         """See :meth:`Policy.decide`."""
-        decision = _guarded(lambda: self.inner.decide(request, now))
-        return _shaped(decision, well_formed=_is_decision(decision))
+        return _checked(lambda: self.inner.decide(request, now), _is_decision)
+
+
+def _is_bool(value: object) -> bool:
+    return isinstance(value, bool)

@@ -1362,3 +1362,27 @@ def test_a_sqlite_without_json_functions_is_refused_before_any_file_is_made(
 
 def test_this_sqlite_has_json_functions() -> None:
     assert sqlite_store._sqlite_has_json_each()
+
+
+def test_a_failing_settle_of_a_held_key_is_a_port_error(sqlite: SQLiteStore) -> None:
+    """A SQLite error while settling a provisional binding leaves ``put_idempotency`` as a port error."""
+    held = IdempotencyRow(intent_digest="sha256:" + "0" * 64, response=b"")
+    with sqlite.write(SCOPE) as unit:
+        unit.put_idempotency("principal-1", "key-held-0000000", held)
+
+    def deny_update(action: int, table: str | None, *_: object) -> int:
+        return sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_UPDATE and table == "idempotency" else sqlite3.SQLITE_OK
+
+    def settle_denied() -> None:
+        with sqlite.write(SCOPE) as unit:
+            connection = unit._live()
+            connection.set_authorizer(deny_update)
+            try:
+                unit.put_idempotency("principal-1", "key-held-0000000", attrs.evolve(held, response=b'{"n":1}'))
+            finally:
+                connection.set_authorizer(None)
+
+    with pytest.raises(StoreUnavailableError):
+        settle_denied()
+    with sqlite.read(SCOPE) as reader:
+        assert reader.idempotency("principal-1", "key-held-0000000") == held

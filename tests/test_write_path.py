@@ -15,7 +15,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
@@ -26,13 +26,14 @@ from engram_memory.canonical import format_instant, record_id_from_digest
 from engram_memory.context import HostBinding
 from engram_memory.errors import EngramError, StoreConflictError, StoreOutcomeUnknownError, StoreUnavailableError
 from engram_memory.keyvaults.memory import InMemoryKeyVault
-from engram_memory.ports import CandidateRow, RecordRow, SealedEnvelope
+from engram_memory.ports import AdmissionDecision, AdmissionRequest, CandidateRow, RecordRow, SealedEnvelope
 from engram_memory.records import candidate_context
 from engram_memory.stores.memory import InMemoryStore
 from engram_memory.testing import ServiceConformance
 from engram_memory.testing.fakes import (
     WITHDRAW,
     Harness,
+    PolicyOverride,
     StoreWrapper,
     fail,
     inmemory_scope_contents,
@@ -715,6 +716,24 @@ def test_a_pending_adjudication_that_loses_a_race_to_its_own_key_replays_the_win
     assert value["replayed"] is True
     assert value["outcome"] == ok(winner)["outcome"]
     assert value["outcome"]["status"] == "accepted"
+
+
+def test_a_deadline_passing_while_the_policy_decides_holds_no_key(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault, clock: ManualClock
+) -> None:
+    """The provisional binding of a pending_adjudication is a write: refused once the deadline passed."""
+    candidate_id = harness.pending(A, make_key("slow-policy"))
+    adjudicate = DefaultPolicy(admission="adjudicate")
+
+    def slow(request: AdmissionRequest, now: datetime) -> AdmissionDecision:
+        clock.advance(timedelta(seconds=2))
+        return adjudicate.decide(request, now)
+
+    harness.use(PolicyOverride(adjudicate, decide=slow))
+    before = _frozen(store, vault)
+    late = attrs.evolve(A, deadline=clock.now() + timedelta(seconds=1))
+    fail(harness.admit(late, candidate_id, make_key("slow-policy-request")), ErrorCode.DEADLINE_EXCEEDED)
+    assert _frozen(store, vault) == before
 
 
 def test_a_withdraw_that_loses_a_race_answers_already_terminal(

@@ -523,8 +523,10 @@ class ServiceConformance:
             "decide: None",
             "decide: no time zone",
             "decide: unknown decision",
+            "decide: unhashable decision",
             "capture_constraints: None",
             "trust_class: outside the three",
+            "trust_class: unhashable",
             "requires_confirmation: None",
         ],
     )
@@ -537,12 +539,14 @@ class ServiceConformance:
             decided = ACCEPT.decide(request, now)
             if answer == "decide: no time zone":
                 return attrs.evolve(decided, issued_at=now.replace(tzinfo=None))
+            if answer == "decide: unhashable decision":
+                return attrs.evolve(decided, decision=["accept"])  # type: ignore[arg-type]
             return attrs.evolve(decided, decision="maybe")  # type: ignore[arg-type]
 
         overrides: dict[str, Any] = {
             "decide": decide,
             "capture_constraints": lambda _binding: None,
-            "trust_class": lambda _binding: "root",
+            "trust_class": lambda _binding: ["asserted"] if answer.endswith("unhashable") else "root",
             "requires_confirmation": lambda _tool, _binding: None,
         }
         method = answer.split(":", maxsplit=1)[0]

@@ -99,6 +99,12 @@ _INDEX_ENTRIES: Final = (
 Only keys that are canonical decimals select a document, and each row comes back under its own
 key; ``records_by_document`` covers the lookup (``doc IS NOT NULL`` lets the partial index serve).
 """
+_BIND_IDEMPOTENCY: Final = (
+    "INSERT INTO idempotency (scope_id, principal, key, intent_digest, response) VALUES (?, ?, ?, ?, ?)"
+    " ON CONFLICT (scope_id, principal, key) DO UPDATE SET response = excluded.response"
+    " WHERE length(idempotency.response) = 0 AND idempotency.intent_digest = excluded.intent_digest"
+)
+"""A new binding, or the settling of a provisional one (empty response) to the same intent."""
 _TOTALS: Final = "total_primary, total_decision, total_evidence, total_context, total_citations"
 _INDEX_STATS: Final = (
     f"INSERT INTO index_stats (scope_id, documents, {_TOTALS}) VALUES (?, 1, ?, ?, ?, ?, ?)"  # noqa: S608
@@ -446,27 +452,15 @@ class _Unit(_View):
             (self._sid_for_write(), event.cursor, event.event_digest, event.body),
         )
 
+    @translated("put_idempotency")
     def put_idempotency(self, principal: str, key: str, row: IdempotencyRow) -> None:
         """Bind (principal, key); only a provisional binding to the same intent is overwritten.
 
         Raises ``StoreConflictError`` for any other existing binding.
         """
-        sid = self._sid_for_write()
-        try:
-            self._run(
-                "INSERT INTO idempotency (scope_id, principal, key, intent_digest, response) VALUES (?, ?, ?, ?, ?)",
-                (sid, principal, key, row.intent_digest, row.response),
-            )
-        except sqlite3.IntegrityError:
-            settled = self._run(
-                "UPDATE idempotency SET response = ? WHERE scope_id = ? AND principal = ? AND key = ?"
-                " AND intent_digest = ? AND length(response) = 0",
-                (row.response, sid, principal, key, row.intent_digest),
-            )
-            if settled.rowcount != 1:
-                raise StoreConflictError("idempotency key already bound") from None
-        except sqlite3.Error as exc:
-            raise translate(exc, "put_idempotency") from exc
+        bound = self._run(_BIND_IDEMPOTENCY, (self._sid_for_write(), principal, key, row.intent_digest, row.response))
+        if bound.rowcount != 1:  # the existing row is settled, or bound to another intent: left as it is
+            raise StoreConflictError("idempotency key already bound")
 
     @translated("put_candidate")
     def put_candidate(self, row: CandidateRow) -> None:
