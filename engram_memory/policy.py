@@ -9,7 +9,7 @@ from typing import Literal
 import attrs
 
 from engram_memory.context import ALL_TOOLS, HostBinding
-from engram_memory.ports import AdmissionDecision, AdmissionRequest, CaptureConstraints
+from engram_memory.ports import TRUST_CLASSES, AdmissionDecision, AdmissionRequest, CaptureConstraints
 
 __all__ = ["DefaultPolicy"]
 
@@ -73,7 +73,7 @@ class DefaultPolicy:
     redaction: tuple[str, ...] | None = attrs.field(default=None, converter=_sorted_pointers)
     tools: frozenset[str] = attrs.field(default=ALL_TOOLS, converter=_str_set)
     trust: Literal["asserted", "earned", "signed"] = attrs.field(
-        default="asserted", validator=attrs.validators.in_(("asserted", "earned", "signed"))
+        default="asserted", validator=attrs.validators.in_(TRUST_CLASSES)
     )
     network: bool = attrs.field(default=False, validator=_BOOL)
     policy_id: str = attrs.field(default="engram-memory:default-policy", validator=_NON_EMPTY)

@@ -15,7 +15,14 @@ from typing import Literal, TypeVar, cast
 
 from engram_memory.context import HostBinding
 from engram_memory.errors import EngramError, ErrorCode
-from engram_memory.ports import AdmissionDecision, AdmissionRequest, CaptureConstraints, Policy
+from engram_memory.ports import (
+    DECISIONS,
+    TRUST_CLASSES,
+    AdmissionDecision,
+    AdmissionRequest,
+    CaptureConstraints,
+    Policy,
+)
 
 __all__ = ["GuardedPolicy"]
 
@@ -31,10 +38,6 @@ def _guarded(call: Callable[[], _T]) -> _T:
         raise EngramError(ErrorCode.POLICY_UNAVAILABLE, detail=type(exc).__name__) from exc
 
 
-_TRUST_CLASSES = frozenset({"asserted", "earned", "signed"})
-_DECISIONS = frozenset({"accept", "reject", "adjudication_required"})
-
-
 def _shaped(value: _T, *, well_formed: bool) -> _T:
     if not well_formed:
         raise EngramError(ErrorCode.POLICY_UNAVAILABLE, detail="policy answered a malformed value")
@@ -47,6 +50,10 @@ def _is_str(value: object) -> bool:
 
 def _is_one_of(value: object, allowed: frozenset[str]) -> bool:
     return isinstance(value, str) and value in allowed
+
+
+def _is_bool(value: object) -> bool:
+    return isinstance(value, bool)
 
 
 def _is_aware(value: object) -> bool:
@@ -70,7 +77,7 @@ def _is_constraints(value: object) -> bool:
 def _is_decision(value: object) -> bool:
     return (
         isinstance(value, AdmissionDecision)
-        and _is_one_of(value.decision, _DECISIONS)
+        and _is_one_of(value.decision, DECISIONS)
         and all(_is_str(text) for text in (value.record_digest, value.policy_id, value.policy_version))
         and _is_aware(value.issued_at)
     )
@@ -133,7 +140,7 @@ class GuardedPolicy:
 
     def trust_class(self, binding: HostBinding) -> Literal["asserted", "earned", "signed"]:
         """See :meth:`Policy.trust_class`."""
-        return _checked(lambda: self.inner.trust_class(binding), lambda trust: _is_one_of(trust, _TRUST_CLASSES))
+        return _checked(lambda: self.inner.trust_class(binding), lambda trust: _is_one_of(trust, TRUST_CLASSES))
 
     def allows_network(self, binding: HostBinding) -> bool:
         """See :meth:`Policy.allows_network`."""
@@ -142,7 +149,3 @@ class GuardedPolicy:
     def decide(self, request: AdmissionRequest, now: datetime) -> AdmissionDecision:
         """See :meth:`Policy.decide`."""
         return _checked(lambda: self.inner.decide(request, now), _is_decision)
-
-
-def _is_bool(value: object) -> bool:
-    return isinstance(value, bool)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, get_args
 
 import attrs
 
@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from engram_memory.context import HostBinding
 
 __all__ = [
+    "DECISIONS",
     "FIELDS",
+    "TRUST_CLASSES",
     "AdmissionDecision",
     "AdmissionRequest",
     "CandidateRow",
@@ -484,11 +486,19 @@ class AdmissionRequest:
     session: str
 
 
+Decision = Literal["accept", "reject", "adjudication_required"]
+DECISIONS: Final = frozenset(get_args(Decision))
+"""What a policy may decide."""
+TrustClass = Literal["asserted", "earned", "signed"]
+TRUST_CLASSES: Final = frozenset(get_args(TrustClass))
+"""The trust classes a host may assign (the contract's three)."""
+
+
 @attrs.frozen(kw_only=True)
 class AdmissionDecision:
     """A policy's decision; the service wraps and validates it (id, version, digest, age)."""
 
-    decision: Literal["accept", "reject", "adjudication_required"]
+    decision: Decision
     record_digest: str
     issued_at: datetime
     policy_id: str
