@@ -12,6 +12,8 @@ import pytest
 
 from engram_memory.connect import connect
 from engram_memory.keyvaults.memory import InMemoryKeyVault
+from engram_memory.stores.memory import InMemoryStore
+from engram_memory.testing.fakes import CAPTURE, capture_args, make_binding, make_key, ok
 
 KEY = bytes(range(32))
 QUERY = "sqlite URL must not carry a query string; pass options as keyword arguments"
@@ -83,8 +85,16 @@ def test_an_undocumented_synchronous_value_is_refused(url: str, value: str, fold
 
 
 def test_memory_opens_with_either_synchronous_value() -> None:
+    """``memory:`` ignores ``synchronous`` (nothing is durable) and gives a working in-memory service."""
     for synchronous in ("FULL", "NORMAL"):
-        connect("memory:", synchronous=synchronous).close()
+        service = connect("memory:", synchronous=synchronous)
+        try:
+            assert isinstance(service.store, InMemoryStore)
+            assert isinstance(service.vault, InMemoryKeyVault)
+            answer = ok(service.call_tool(CAPTURE, capture_args(make_key("connect")), make_binding()))
+            assert answer["status"] == "committed_pending"
+        finally:
+            service.close()
 
 
 def test_a_relative_path_opens_with_its_vault_and_key_file(folder: Path) -> None:

@@ -107,10 +107,18 @@ def test_unknown_and_destroyed_keys_are_unavailable(vault: SQLiteKeyVault) -> No
 
 
 def test_destroy_is_idempotent(vault: SQLiteKeyVault) -> None:
+    """A second destroy, and one of an unknown key, leave the key gone and the others held."""
     envelope = vault.seal(CONTEXT, b"secret")
+    kept = vault.seal(CONTEXT, b"kept")
     vault.destroy(envelope.key_ref)
     vault.destroy(envelope.key_ref)
     vault.destroy("key_never_existed")
+    assert not vault.holds(envelope.key_ref)
+    assert not vault.holds("key_never_existed")
+    with pytest.raises(KeyUnavailableError):
+        vault.open(envelope, CONTEXT)
+    assert vault.holds(kept.key_ref)
+    assert vault.open(kept, CONTEXT) == b"kept"
 
 
 def test_two_seals_differ(vault: SQLiteKeyVault) -> None:

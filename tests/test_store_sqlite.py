@@ -423,11 +423,6 @@ def test_secret_is_32_bytes(store: Store) -> None:
     assert store.secret() == store.secret()
 
 
-def test_close_is_idempotent(store: Store) -> None:
-    store.close()
-    store.close()
-
-
 def test_random_traces_match_the_in_memory_reference(tmp_path: Path) -> None:
     vocabulary = ("alpha", "beta", "gamma", "delta", "épée", "数据", "x_1")
     rids = [f"mem_{i}" for i in range(8)]

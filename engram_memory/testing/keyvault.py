@@ -173,12 +173,25 @@ class KeyVaultConformance:
         with pytest.raises(KeyUnavailableError):
             vault.open(attrs.evolve(envelope, key_ref=envelope.key_ref + "0"), CONTEXT)
 
-    def test_destroy_is_idempotent(self, vault: KeyVault) -> None:
-        """Destroying twice, or destroying an unknown key, is a no-op."""
-        envelope = vault.seal(CONTEXT, PLAINTEXT)
-        vault.destroy(envelope.key_ref)
-        vault.destroy(envelope.key_ref)
+    def test_destroy_is_idempotent(self, vault: KeyVault, complete_destruction: CompleteDestruction | None) -> None:
+        """Destroying again, before or after the destruction completes, or an unknown key, never revives a key.
+
+        The service destroys a key again when it retries (doomed keys, a replayed forget), so a
+        repeated ``destroy`` must leave the key destroyed and the other keys readable.
+        """
+        doomed = vault.seal(CONTEXT, PLAINTEXT)
+        kept = vault.seal(OTHER_CONTEXT, b"kept")
+        vault.destroy(doomed.key_ref)
+        vault.destroy(doomed.key_ref)
         vault.destroy("key_that_never_existed")
+        finish_destruction(vault, complete_destruction)
+        with pytest.raises(KeyUnavailableError):
+            vault.open(doomed, CONTEXT)
+        vault.destroy(doomed.key_ref)  # once more, after the destruction completed
+        finish_destruction(vault, complete_destruction)
+        with pytest.raises(KeyUnavailableError):
+            vault.open(doomed, CONTEXT)
+        assert vault.open(kept, OTHER_CONTEXT) == b"kept"
 
     def test_every_seal_uses_a_fresh_key_and_nonce(self, vault: KeyVault) -> None:
         """Two seals of the same plaintext give different key refs, nonces and ciphertexts."""

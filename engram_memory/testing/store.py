@@ -254,10 +254,21 @@ class StoreConformance:
         assert len(store.secret()) == 32
         assert store.secret() == store.secret()
 
-    def test_close_is_idempotent(self, store: Store) -> None:
-        """Closing twice is harmless."""
+    def test_close_is_idempotent(
+        self, store: Store, persists_across_reopen: bool, request: pytest.FixtureRequest
+    ) -> None:
+        """Closing twice raises nothing and, on a backend that persists, loses nothing committed before."""
+        before = _populated(store)
         store.close()
         store.close()
+        if not persists_across_reopen:
+            return  # the port asks nothing else of a volatile store's close
+        again = request.getfixturevalue("reopen")()
+        try:
+            with again.read(SCOPE_A) as reader:
+                assert _snapshot(reader) == before
+        finally:
+            again.close()
 
     # ------------------------------------------------------------------ journal
 
