@@ -14,6 +14,8 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from types import ModuleType
@@ -102,12 +104,22 @@ def runs_pending(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT count(DISTINCT doc) FROM run_pending").fetchone()[0])
 
 
-def test_seal_and_merge_keep_every_posting_once(model: ModuleType, tmp_path: Path) -> None:
+@contextmanager
+def _working_runs(model: ModuleType, size: int, folder: Path) -> Iterator[tuple[Any, Any]]:
+    """Leveled runs of ``size`` documents on a store's connection to a copy of the loaded file; the vocabulary."""
     vocabulary = model.Vocabulary(500)
-    size = 20
-    runs = model.build(tmp_path / "base.db", size, vocabulary, TERMS, BASE)
-    runs.conn = conn = model.open_copy(tmp_path / "base.db", tmp_path / "copy.db")
+    runs = model.build(folder / "base.db", size, vocabulary, TERMS, BASE)
+    runs.conn = model.open_copy(folder / "base.db", folder / "copy.db")
     try:
+        yield runs, vocabulary
+    finally:
+        runs.conn.close()
+
+
+def test_seal_and_merge_keep_every_posting_once(model: ModuleType, tmp_path: Path) -> None:
+    size = 20
+    with _working_runs(model, size, tmp_path) as (runs, vocabulary):
+        conn = runs.conn
         waiting = runs.pending_documents()
         next_doc = size
         for _ in range(7 * BASE * model.FAN_IN - size):  # up to 224 documents: seven level-1 runs
@@ -126,16 +138,12 @@ def test_seal_and_merge_keep_every_posting_once(model: ModuleType, tmp_path: Pat
         assert sizes[1] == [BASE * model.FAN_IN] * (model.FAN_IN - 1)
         assert not runs.levels.get(0)
         assert conn.execute("SELECT max(run) FROM runs").fetchone()[0] == runs.next_run - 1
-    finally:
-        conn.close()
 
 
 def test_amortised_merges_time_one_merge_per_merged_level(model: ModuleType, tmp_path: Path) -> None:
-    vocabulary = model.Vocabulary(500)
     size = 300
-    runs = model.build(tmp_path / "base.db", size, vocabulary, TERMS, BASE)
-    runs.conn = conn = model.open_copy(tmp_path / "base.db", tmp_path / "copy.db")
-    try:
+    with _working_runs(model, size, tmp_path) as (runs, vocabulary):
+        conn = runs.conn
         assert _run_sizes(conn, runs) == {2: [256], 1: [32], 0: [4, 4, 4]}
         seconds = model.amortised_merges(runs, vocabulary, size, TERMS, size)
         assert seconds > 0
@@ -143,8 +151,6 @@ def test_amortised_merges_time_one_merge_per_merged_level(model: ModuleType, tmp
         # was then filled with documents 320-511 and merged into a second level-2 run
         assert _run_sizes(conn, runs) == {2: [256, 256]}
         assert _held(conn) == _expected(model, vocabulary, range(512))
-    finally:
-        conn.close()
 
 
 def test_the_script_prints_both_tables(tmp_path: Path) -> None:

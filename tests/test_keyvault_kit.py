@@ -10,9 +10,9 @@ from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.ports import Clock, KeyVault
 from engram_memory.stores.memory import InMemoryStore
 from engram_memory.testing import Harness, ServiceConformance, ServiceFactory, with_policy
-from engram_memory.testing.fakes import inmemory_replace_event_body, inmemory_scope_contents
+from engram_memory.testing.fakes import InMemoryCapabilities
 from engram_memory.testing.keyvault import CompleteDestruction, KeyVaultConformance
-from engram_memory.testing.service import ACCEPT, ReplaceEventBody, ScopeContents
+from engram_memory.testing.service import ACCEPT
 
 
 class SchedulingVault(InMemoryKeyVault):
@@ -74,7 +74,7 @@ def _services(vault: SchedulingVault) -> ServiceFactory:
     return factory
 
 
-class TestAServiceOnASchedulingVault(ServiceConformance):
+class TestAServiceOnASchedulingVault(InMemoryCapabilities, ServiceConformance):
     @pytest.fixture
     def service_factory(self) -> ServiceFactory:
         return _services(SchedulingVault())
@@ -82,14 +82,6 @@ class TestAServiceOnASchedulingVault(ServiceConformance):
     @pytest.fixture
     def complete_destruction(self) -> CompleteDestruction | None:
         return _drain
-
-    @pytest.fixture
-    def scope_contents(self) -> ScopeContents | None:
-        return inmemory_scope_contents
-
-    @pytest.fixture
-    def replace_event_body(self) -> ReplaceEventBody | None:
-        return inmemory_replace_event_body
 
 
 def test_a_service_on_a_vault_that_never_destroys_fails_the_service_kit() -> None:

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
 import attrs
+import pytest
 
 from engram_memory.admin import MemoryAdmin
 from engram_memory.clock import ManualClock
@@ -46,6 +47,7 @@ __all__ = [
     "VALID_FROM_MS",
     "WITHDRAW",
     "Harness",
+    "InMemoryCapabilities",
     "PolicyOverride",
     "ServiceFactory",
     "StoreWrapper",
@@ -463,3 +465,21 @@ def inmemory_replace_event_body(store: Store, scope: str, cursor: int, body: byt
     assert isinstance(store, InMemoryStore)
     events = store.raw_partition(scope).events
     events[cursor - 1] = attrs.evolve(events[cursor - 1], body=body)
+
+
+class InMemoryCapabilities:
+    """Mix into a ``ServiceConformance`` subclass whose services share one :class:`InMemoryStore`.
+
+    It binds the kit's capability fixtures ``scope_contents`` and ``replace_event_body``, so the
+    plaintext scans and the tamper test run instead of being skipped.
+    """
+
+    @pytest.fixture
+    def scope_contents(self) -> Callable[[Store, str], bytes] | None:
+        """:func:`inmemory_scope_contents`."""
+        return inmemory_scope_contents
+
+    @pytest.fixture
+    def replace_event_body(self) -> Callable[[Store, str, int, bytes], None] | None:
+        """:func:`inmemory_replace_event_body`."""
+        return inmemory_replace_event_body
