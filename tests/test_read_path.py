@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -15,11 +16,12 @@ import pytest
 from engram_memory import DefaultPolicy, ErrorCode, MemoryService
 from engram_memory.canonical import Domain, canonical_bytes, digest, format_instant, receipt_digest
 from engram_memory.errors import EngramError, KeyUnavailableError, StoreCorruptError, StoreUnavailableError
-from engram_memory.ports import RankedHit, RankingQuery, SealedEnvelope, StoreReader
+from engram_memory.ports import RankedHit, RankingQuery, SealedEnvelope, Store, StoreReader
 from engram_memory.ranking.lexical import LexicalRanker
 from engram_memory.read_path import TRANSPORT_CAP, PageCursor, PageCursorCodec, redact_record
 from engram_memory.records import record_context
 from engram_memory.stores.memory import InMemoryStore
+from engram_memory.testing import StoreWrapper
 from tests.read_fixtures import (
     DAY_MS,
     START,
@@ -171,11 +173,16 @@ def test_page_cursor_pins_survive_a_clock_move_without_expiry(small: ReadHarness
 
 
 def test_the_same_cursor_gives_the_same_page(small: ReadHarness) -> None:
+    """Re-sending a cursor serves the same second page, byte for byte (ranks 6-10, none of page 1)."""
     binding = make_binding()
-    cursor = ok(small.search(binding, "orbit", limit=5))["next_page_cursor"]
-    assert ok(small.search(binding, "orbit", limit=5, cursor=cursor)) == ok(
-        small.search(binding, "orbit", limit=5, cursor=cursor)
-    )
+    first = ok(small.search(binding, "orbit", limit=5))
+    cursor = first.get("next_page_cursor")
+    assert cursor is not None
+    second = ok(small.search(binding, "orbit", limit=5, cursor=cursor))
+    assert second == ok(small.search(binding, "orbit", limit=5, cursor=cursor))
+    assert [packet["rank"] for packet in second["records"]] == [6, 7, 8, 9, 10]
+    first_ids = {packet["record"]["record_id"] for packet in first["records"]}
+    assert first_ids.isdisjoint(packet["record"]["record_id"] for packet in second["records"])
 
 
 def test_a_matching_admission_between_pages_is_stale(small: ReadHarness) -> None:
@@ -219,23 +226,55 @@ def test_an_edited_cursor_is_stale(small: ReadHarness) -> None:
         fail(small.search(binding, "orbit", limit=5, cursor=edited), ErrorCode.STALE_PAGE)
 
 
-def test_a_cursor_is_bound_to_principal_scope_query_and_parameters(small: ReadHarness) -> None:
+class _CountingRanker(LexicalRanker):
+    """The reference ranker (same profile and config), counting its ``rank`` calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def rank(self, reader: StoreReader, query: RankingQuery) -> list[RankedHit]:
+        self.calls += 1
+        return super().rank(reader, query)
+
+
+def test_a_cursor_is_bound_to_principal_scope_purpose_query_and_parameters(small: ReadHarness) -> None:
+    """A cursor re-sent under another principal, scope, purpose, query or parameter is STALE_PAGE,
+    refused by the token's binding itself, before anything is ranked.
+
+    The other tenant and workspace hold at least as many journal events as tenant-a, so the
+    high-water pin cannot refuse them. The ranker count is what shows that the binding refused:
+    with the scope unbound, the ordering digest would still refuse later (record ids differ per
+    scope), and the STALE_PAGE alone would not tell.
+    """
+    ranker = _CountingRanker()
+    small.use_ranker(ranker)
     binding = make_binding()
     options: dict[str, Any] = {"limit": 5}
     cursor = ok(small.search(binding, "orbit", **options))["next_page_cursor"]
-    small.admit(make_binding("tenant-b"), orbit_spec(1))
+    other_scopes = (make_binding("tenant-b"), make_binding(workspace="workspace-2"))
+    for other_scope in other_scopes:
+        for index in range(20):
+            small.admit(other_scope, orbit_spec(index))
+        assert small.state(other_scope)[0] >= small.state(binding)[0]
+        assert len(ok(small.search(other_scope, "orbit", **options))["records"]) == 5  # a page 2 exists there
     for other_binding, query, changed in (
         (make_binding(principal="principal-2"), "orbit", options),
-        (make_binding("tenant-b"), "orbit", options),
-        (make_binding(workspace="workspace-2"), "orbit", options),
+        *((other_scope, "orbit", options) for other_scope in other_scopes),
+        (make_binding(purpose_ref="purpose:another-task"), "orbit", options),
         (binding, "orbit insertion", options),
         (binding, "Orbit", options),
         (binding, "orbit", {"limit": 6}),
         (binding, "orbit", {"limit": 5, "max_packet_bytes": 8192}),
         (binding, "orbit", {"limit": 5, "capability_policy": {"minimum_channels": "lexical", "network": "allow"}}),
     ):
+        calls = ranker.calls
         fail(small.search(other_binding, query, cursor=cursor, **changed), ErrorCode.STALE_PAGE)
-    assert ok(small.search(binding, "orbit", cursor=cursor, **options))["records"]
+        assert ranker.calls == calls, (other_binding, query, changed)
+    calls = ranker.calls
+    served = ok(small.search(binding, "orbit", cursor=cursor, **options))
+    assert [packet["rank"] for packet in served["records"]] == [6, 7, 8, 9, 10]
+    assert ranker.calls == calls + 1
 
 
 def test_a_cursor_from_another_store_or_above_the_high_water_is_stale(small: ReadHarness) -> None:
@@ -805,6 +844,47 @@ def test_store_failures_are_reported_never_empty() -> None:
         harness.use(harness.policy)
         fail(harness.search(binding, "orbit"), code)
         fail(harness.get(binding, UNKNOWN_ID), code)
+
+
+LEAKY_DETAIL = "secret detail: dsn=postgres://memory:hunter2@db.internal/tenant-a"
+
+
+class _UnexpectedReadFailure(StoreWrapper):
+    """Writes go through; opening a read view raises an exception that no port declares."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.reads = 0
+
+    def read(self, scope: str) -> contextlib.AbstractContextManager[StoreReader]:
+        self.reads += 1
+        raise RuntimeError(LEAKY_DETAIL)
+
+
+def test_an_unexpected_read_failure_is_capability_unavailable_and_leaks_nothing() -> None:
+    """A non-port exception inside search or get is CAPABILITY_UNAVAILABLE (not retriable) with the
+    constant message; neither the exception's text nor its type reaches the envelope."""
+    harness = ReadHarness()
+    binding = make_binding()
+    record_id = harness.admit(binding, DocSpec(key="unexpected-read-1", primary="orbit unexpected"))
+    store = _UnexpectedReadFailure(harness.store)
+    harness.service = MemoryService(store=store, vault=harness.vault, policy=harness.policy, clock=harness.clock)
+    expected = {"code": "CAPABILITY_UNAVAILABLE", "message": "a required capability is unavailable", "retriable": False}
+    purpose = binding.purpose_ref
+    for tool, args in (
+        ("engram_memory_search", {"query": "orbit", "purpose_ref": purpose}),
+        ("engram_memory_get", {"record_id": record_id, "purpose_ref": purpose}),
+        ("engram_memory_get", {"record_id": UNKNOWN_ID, "purpose_ref": purpose}),
+    ):
+        reads = store.reads
+        envelope = harness.call(tool, args, binding)
+        assert store.reads == reads + 1, "the failure must come from the store's read"
+        assert set(envelope) == {"ok", "auditId", "redactionClass", "error"}
+        assert envelope["ok"] is False
+        assert envelope["error"] == expected
+        text = json.dumps(envelope, ensure_ascii=False)
+        for leaked in (LEAKY_DETAIL, "secret detail", "hunter2", "db.internal", "RuntimeError"):
+            assert leaked not in text
 
 
 def test_a_last_page_is_bounded_by_the_transport_cap_without_a_cursor() -> None:
