@@ -31,10 +31,13 @@ from engram_memory.records import candidate_context
 from engram_memory.stores.memory import InMemoryStore
 from engram_memory.testing import ServiceConformance
 from engram_memory.testing.fakes import (
+    CAPTURE,
+    VALID_FROM_MS,
     WITHDRAW,
     Harness,
     PolicyOverride,
     StoreWrapper,
+    capture_args,
     fail,
     inmemory_scope_contents,
     make_binding,
@@ -136,6 +139,36 @@ Refusal = Callable[[Harness], tuple[Callable[[], dict[str, Any]], ErrorCode | No
 def _capture_conflict(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
     h.pending(A, make_key("r-conflict"))
     return (lambda: h.capture(A, make_key("r-conflict"), words=("zqotherwords",))), ErrorCode.DIGEST_CONFLICT
+
+
+# One argument changed under the same key; the optional members are sent with their default values
+# (the contract: optional members are absent from the intent only if omitted).
+_ONE_FIELD: dict[str, tuple[tuple[str | int, ...], Any]] = {
+    "evidence digest": (("evidence", "evidence_digest"), "sha256:" + "e" * 64),
+    "evidence attestation": (("evidence", "attestation"), "attested by the reviewer"),
+    "payload retention": (("payload", "retention"), {"derivative_rule": "make-ineligible"}),
+    "payload valid_time": (("payload", "valid_time", "t"), VALID_FROM_MS + 1),
+    "payload reconciliation": (("payload", "reconciliation"), {"family_refs": []}),
+    "citation locator": (("payload", "citations", 0, "locator", "value"), "13"),
+}
+
+
+def _capture_one_field(field: str) -> Refusal:
+    """The same capture key with only ``field`` changed: DIGEST_CONFLICT."""
+    path, value = _ONE_FIELD[field]
+
+    def refusal(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
+        key = make_key("r-one-field")
+        h.pending(A, key)
+        changed = capture_args(key)
+        parent: Any = changed
+        for step in path[:-1]:
+            parent = parent[step]
+        parent[path[-1]] = value
+        assert changed != capture_args(key)
+        return (lambda: h.call(CAPTURE, changed, A)), ErrorCode.DIGEST_CONFLICT
+
+    return refusal
 
 
 def _capture_replay(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode | None]:
@@ -267,6 +300,7 @@ def _forget_replay(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCode 
 
 REFUSALS: dict[str, Refusal] = {
     "capture: same key, other content": _capture_conflict,
+    **{f"capture: same key, other {field}": _capture_one_field(field) for field in _ONE_FIELD},
     "capture: exact replay": _capture_replay,
     "capture: retain without permission": _capture_retain,
     "capture: expires_at beyond the cap": _capture_cap,
