@@ -235,16 +235,26 @@ def test_store_corrupt_error_keeps_detail_out_of_its_message() -> None:
     assert err.__notes__ == ["event 17 hash mismatch"]
 
 
-def _documented_table() -> list[tuple[str, str]]:
+def _documented_table() -> list[tuple[str, str, str]]:
+    """(code, retriable yes/no, message) of each row of docs/contract.md's error table."""
     text = CONTRACT_DOC.read_text(encoding="utf-8")
     match = re.search(r"^## Error codes\n(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)
     assert match is not None, "docs/contract.md has no '## Error codes' section"
-    return re.findall(r"^\| `([A-Za-z_]+)` \| (yes|no) \|", match.group(1), re.MULTILINE)
+    return re.findall(r"^\| `([A-Za-z_]+)` \| (yes|no) \| ([^|`]+?) \|", match.group(1), re.MULTILINE)
 
 
 def test_documented_error_table_matches_retriable() -> None:
     rows = _documented_table()
-    documented = {code: flag == "yes" for code, flag in rows}
+    documented = {code: flag == "yes" for code, flag, _ in rows}
     assert len(documented) == len(rows), "a code is documented twice"
     assert documented == {code.value: flag for code, flag in RETRIABLE.items()}
     assert set(documented) == CONTRACT_CODES
+
+
+def test_documented_error_table_gives_each_wire_message() -> None:
+    """The ``error.message`` of every code is the sentence docs/contract.md publishes for it, verbatim."""
+    documented = {code: message for code, _, message in _documented_table()}
+    assert set(documented) == CONTRACT_CODES
+    assert documented == {code.value: message for code, message in PUBLIC_MESSAGES.items()}
+    assert documented["NOT_FOUND"] == "memory target not found"
+    assert documented["gate_failed"] == "a confirmation or policy gate was not met"

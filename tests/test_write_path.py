@@ -24,7 +24,13 @@ import pytest
 from engram_memory import DefaultPolicy, ErrorCode, JsonRpcCode, ManualClock, MemoryAdmin, MemoryService, ProtocolError
 from engram_memory.canonical import format_instant, record_id_from_digest
 from engram_memory.context import HostBinding
-from engram_memory.errors import EngramError, StoreConflictError, StoreOutcomeUnknownError, StoreUnavailableError
+from engram_memory.errors import (
+    EngramError,
+    KeyUnavailableError,
+    StoreConflictError,
+    StoreOutcomeUnknownError,
+    StoreUnavailableError,
+)
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.ports import AdmissionDecision, AdmissionRequest, CandidateRow, RecordRow, SealedEnvelope
 from engram_memory.records import candidate_context
@@ -435,7 +441,7 @@ def test_the_withdrawn_envelope_never_opens_again(harness: Harness, store: InMem
     assert json.loads(vault.open(sealed, context))["payload"]["scope_ref"] == A.scope
     ok(harness.withdraw(A, candidate_id, make_key("reopen-w")))
     assert not vault.holds(sealed.key_ref)
-    with pytest.raises(Exception, match="unknown or destroyed"):
+    with pytest.raises(KeyUnavailableError):
         vault.open(sealed, context)
 
 
