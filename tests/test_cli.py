@@ -9,14 +9,19 @@ from pathlib import Path
 
 import pytest
 
+from engram_memory import DefaultPolicy, ManualClock, MemoryService
 from engram_memory.admin import MemoryAdmin
 from engram_memory.cli import main
-from engram_memory.context import scope_key
+from engram_memory.connect import connect
+from engram_memory.context import HostBinding, scope_key
 from engram_memory.errors import ErrorCode
 from engram_memory.journal import VerifyReport
 from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, SQLiteKeyVault
+from engram_memory.policy_guard import GuardedPolicy
 from engram_memory.stores.sqlite import _seed_secret
 from engram_memory.stores.sqlite._schema import STORE_APPLICATION_ID, STORE_SCHEMA, migrate
+from engram_memory.testing import capture_args, make_binding, make_key
+from engram_memory.testing.fakes import CAPTURE
 
 ACME = scope_key("acme", "platform")
 """The scope the demo writes to (its second tenant, globex, never gets a journal event)."""
@@ -341,3 +346,129 @@ def test_an_outdated_store_in_use_is_refused_and_left_unmigrated(old_db: Path) -
     finally:
         other.close()
     assert _marks(old_db) == (STORE_APPLICATION_ID, 1)
+
+
+# --------------------------------------------------------------------------- every scope, every version, every file
+
+
+def _two_scope_db(folder: Path) -> tuple[Path, list[str]]:
+    """A database with two scopes holding one capture each; returns it and its scope keys, sorted."""
+    db = folder / "two.db"
+    service = connect(f"sqlite:///{db}", policy=DefaultPolicy(admission="adjudicate"), clock=ManualClock())
+    try:
+        for workspace in ("one", "two"):
+            binding = make_binding("tenant-cli", workspace)
+            value = service.call_tool(CAPTURE, capture_args(make_key(f"cli-{workspace}")), binding)
+            assert value["ok"] is True, value
+        scopes = service.store.scopes()
+    finally:
+        service.close()
+    assert scopes == sorted([scope_key("tenant-cli", "one"), scope_key("tenant-cli", "two")])
+    return db, scopes
+
+
+def test_verify_exits_one_when_an_earlier_scope_fails_and_a_later_one_is_ok(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, (first, second) = _two_scope_db(tmp_path)
+    raw = sqlite3.connect(db)
+    try:
+        with raw:
+            changed = raw.execute(
+                "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), '\"capture\"', '\"kapture\"') AS BLOB)"
+                " WHERE cursor = 1 AND scope_id = (SELECT scope_id FROM scopes WHERE scope = ?)",
+                (first,),
+            ).rowcount
+    finally:
+        raw.close()
+    assert changed == 1
+    status, lines = _run(["verify", "--db", str(db)], capsys)
+    assert lines == [f"{first}: JOURNAL_CORRUPT at cursor 1 (1)", f"{second}: ok (1)"]
+    assert status == 1
+
+
+@pytest.mark.parametrize("suffix", ["", ".vault", ".key"])
+def test_demo_refuses_when_any_of_its_three_files_exists(suffix: str, tmp_path: Path) -> None:
+    db = tmp_path / "demo.db"
+    existing = Path(f"{db}{suffix}")
+    existing.write_bytes(b"someone else's file")
+    exit_ = _exit_of(["demo", "--db", str(db)])
+    assert exit_.code == f"demo needs a new database file; {db} (or its vault or key) already exists"
+    assert _files(tmp_path) == {existing.name: b"someone else's file"}
+
+
+def test_a_store_one_version_behind_is_refused_and_left_unmigrated(tmp_path: Path) -> None:
+    db = tmp_path / "behind.db"
+    behind = STORE_SCHEMA.latest - 1
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        assert migrate(conn, STORE_SCHEMA, target=behind, seed=_seed_secret) == behind
+    finally:
+        conn.close()
+    SQLiteKeyVault(f"{db}.vault", master_key_file=f"{db}.key").close()
+    before = _files(tmp_path)
+    exit_ = _exit_of(["verify", "--db", str(db)])
+    assert exit_.code == (
+        f"cannot open {db}: store schema version {behind} is outdated (current: {STORE_SCHEMA.latest}); "
+        "this command never modifies the file, and opening it with the library (connect()) migrates it"
+    )
+    assert _files(tmp_path) == before
+    assert _marks(db) == (STORE_APPLICATION_ID, behind)
+
+
+def test_a_store_marked_as_ours_without_a_schema_version_is_not_an_engram_memory_store(demo_db: Path) -> None:
+    demo_db.unlink()
+    conn = sqlite3.connect(demo_db)
+    try:
+        conn.execute(f"PRAGMA application_id = {STORE_APPLICATION_ID}")
+    finally:
+        conn.close()
+    before = _files(demo_db.parent)
+    exit_ = _exit_of(["stats", "--db", str(demo_db)])
+    assert exit_.code == f"cannot open {demo_db}: not an engram-memory store"
+    assert _files(demo_db.parent) == before
+
+
+@pytest.mark.parametrize("command", ["verify", "stats"])
+def test_a_missing_master_key_file_is_named_and_not_created(command: str, demo_db: Path) -> None:
+    key = Path(f"{demo_db}.key")
+    key.unlink()
+    before = _files(demo_db.parent)
+    exit_ = _exit_of([command, "--db", str(demo_db)])
+    assert exit_.code == f"no master key file at {key}"
+    assert _files(demo_db.parent) == before
+    assert not key.exists()
+
+
+def test_serve_mcp_binds_the_four_confirmation_free_tools_and_waits_for_the_host_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mcp_adapter = pytest.importorskip("engram_memory.adapters.mcp")
+    served: list[tuple[MemoryService, HostBinding]] = []
+
+    async def fake_serve(service: MemoryService, binding: HostBinding) -> None:
+        served.append((service, binding))
+
+    monkeypatch.setattr(mcp_adapter, "serve_stdio", fake_serve)
+    argv = ["serve-mcp", "--db", str(tmp_path / "served.db"), "--tenant", "t", "--workspace", "w"]
+    assert main([*argv, "--principal", "p", "--purpose", "purpose:x"]) == 0
+    ((service, binding),) = served
+    assert isinstance(service.policy, GuardedPolicy)
+    assert service.policy.inner == DefaultPolicy(admission="adjudicate")
+    assert binding == HostBinding(
+        tenant_id="t",
+        workspace_id="w",
+        principal="p",
+        agent_id="mcp-agent",
+        session="stdio",
+        purpose_ref="purpose:x",
+        tools=frozenset(
+            {
+                "engram_memory_search",
+                "engram_memory_get",
+                "engram_memory_capture",
+                "engram_memory_request_admission",
+            }
+        ),
+    )

@@ -416,3 +416,31 @@ def test_without_hard_links_the_master_key_file_is_written_in_place(
     assert len(key) == 32
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
     SQLiteKeyVault(tmp_path / "vault.db", master_key_file=tmp_path / "vault.key").close()  # the same key opens it
+
+
+@pytest.mark.parametrize("size", [31, 33, 64])
+def test_a_key_file_of_any_other_length_is_refused(tmp_path: Path, vault_path: Path, size: int) -> None:
+    key_file = tmp_path / "odd.key"
+    key_file.write_bytes(bytes(range(size)))
+    with pytest.raises(MasterKeyError, match="exactly 32 bytes"):
+        SQLiteKeyVault(vault_path, master_key_file=key_file)
+    assert key_file.read_bytes() == bytes(range(size))
+
+
+def test_destroy_restores_full_synchronous_commits(vault: SQLiteKeyVault) -> None:
+    """The deleting commit runs at NORMAL (the checkpoint syncs it); every later seal commits at FULL again."""
+    envelope = vault.seal(CONTEXT, b"secret")
+    vault.destroy(envelope.key_ref)
+    assert vault._conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    vault.destroy()  # a no-op leaves it as it is
+    assert vault._conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+
+
+def test_one_destroy_call_of_more_keys_than_one_statement_binds_erases_them_all(vault_path: Path) -> None:
+    with SQLiteKeyVault(vault_path, MASTER, reserve=256) as vault:
+        envelopes = [vault.seal(CONTEXT, b"%d" % i) for i in range(1201)]
+        kept = vault.seal(CONTEXT, b"kept")
+        vault.destroy(*(e.key_ref for e in envelopes))
+        assert [e.key_ref for e in envelopes if vault.holds(e.key_ref)] == []
+        assert vault.open(kept, CONTEXT) == b"kept"
+    assert _committed_keys(vault_path) == {kept.key_ref}

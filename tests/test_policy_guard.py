@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, Final, cast
 
 import attrs
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from engram_memory import DefaultPolicy, ErrorCode
 from engram_memory.errors import EngramError
 from engram_memory.policy_guard import GuardedPolicy
-from engram_memory.ports import AdmissionDecision, AdmissionRequest, CaptureConstraints
+from engram_memory.ports import AdmissionDecision, AdmissionRequest, CaptureConstraints, Policy
 from engram_memory.testing import PolicyOverride, make_binding
 
 A = make_binding("tenant-a", "workspace-1", "principal-1")
@@ -101,3 +102,150 @@ def test_a_malformed_answer_is_policy_unavailable(override: dict[str, Any]) -> N
 def test_default_policy_refuses_a_malformed_setting_when_built(setting: dict[str, Any]) -> None:
     with pytest.raises((TypeError, ValueError)):
         DefaultPolicy(**setting)
+
+
+# --------------------------------------------------------------------------- every answer is checked
+
+
+class _Answering:
+    """``BASE``, except for the answers given by name (``policy_id`` and ``policy_version`` as values)."""
+
+    def __init__(self, **answers: object) -> None:
+        self._answers = answers
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._answers:
+            return getattr(BASE, name)
+        answer = self._answers[name]
+        if name in {"policy_id", "policy_version"}:
+            return answer
+        if isinstance(answer, BaseException):
+
+            def raising(*_args: object) -> object:
+                raise answer
+
+            return raising
+        return lambda *_args: answer
+
+
+def _guarded(**answers: object) -> GuardedPolicy:
+    return GuardedPolicy(cast("Policy", _Answering(**answers)))
+
+
+def _ask(guarded: GuardedPolicy, method: str) -> object:
+    calls: dict[str, Callable[[], object]] = {
+        "policy_id": lambda: guarded.policy_id,
+        "policy_version": lambda: guarded.policy_version,
+        "decide": lambda: guarded.decide(REQUEST, NOW),
+        "capture_constraints": lambda: guarded.capture_constraints(A),
+        "allows_network": lambda: guarded.allows_network(A),
+        "redaction_allowlist": lambda: guarded.redaction_allowlist(A),
+        "trust_class": lambda: guarded.trust_class(A),
+    }
+    return calls[method]()
+
+
+DECIDED: Final = BASE.decide(REQUEST, NOW)
+MALFORMED: Final[dict[str, tuple[str, object]]] = {
+    "empty policy id": ("policy_id", ""),
+    "policy id None": ("policy_id", None),
+    "empty policy version": ("policy_version", ""),
+    "decision without a version": ("decide", attrs.evolve(DECIDED, policy_version="")),
+    "decision with a None version": ("decide", attrs.evolve(DECIDED, policy_version=None)),  # type: ignore[arg-type]
+    "decision without a policy id": ("decide", attrs.evolve(DECIDED, policy_id="")),
+    "decision without a record digest": ("decide", attrs.evolve(DECIDED, record_digest="")),
+    "decision as a dict": ("decide", attrs.asdict(DECIDED)),
+    "decision as a look-alike object": ("decide", SimpleNamespace(**attrs.asdict(DECIDED, recurse=False))),
+    "decision None": ("decide", None),
+    "families of ints": ("capture_constraints", CaptureConstraints(family_refs=frozenset({1}))),  # type: ignore[arg-type]
+    "retention cap in seconds": ("capture_constraints", CaptureConstraints(max_retention=3600)),  # type: ignore[arg-type]
+    "allow_retain 1": ("capture_constraints", CaptureConstraints(allow_retain=1)),  # type: ignore[arg-type]
+    "allow_retain None": ("capture_constraints", CaptureConstraints(allow_retain=None)),  # type: ignore[arg-type]
+    "constraints as a dict": ("capture_constraints", {"allow_retain": False}),
+    "network 1": ("allows_network", 1),
+    "network None": ("allows_network", None),
+    "network 'yes'": ("allows_network", "yes"),
+    "allowlist as a lone string": ("redaction_allowlist", "/record_id"),
+    "allowlist of ints": ("redaction_allowlist", [1]),
+    "trust outside the three": ("trust_class", "root"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_every_malformed_answer_is_policy_unavailable(case: str) -> None:
+    method, answer = MALFORMED[case]
+    with pytest.raises(EngramError) as info:
+        _ask(_guarded(**{method: answer}), method)
+    assert (info.value.code, info.value.retriable) == (ErrorCode.POLICY_UNAVAILABLE, True)
+
+
+@pytest.mark.parametrize(
+    ("method", "answer", "expected"),
+    [
+        ("allows_network", True, True),
+        ("allows_network", False, False),
+        ("redaction_allowlist", None, None),
+        ("redaction_allowlist", ["/record_id", "/payload"], ("/record_id", "/payload")),
+        ("policy_id", "host-policy", "host-policy"),
+        ("policy_version", "7", "7"),
+    ],
+)
+def test_well_formed_answers_pass_through(method: str, answer: object, expected: object) -> None:
+    assert _ask(_guarded(**{method: answer}), method) == expected
+
+
+@pytest.mark.parametrize("code", [ErrorCode.POLICY_STALE, ErrorCode.INVALID_SCHEMA])
+def test_an_engram_error_raised_by_the_policy_keeps_its_code(code: ErrorCode) -> None:
+    for method in ("decide", "capture_constraints", "allows_network", "trust_class"):
+        with pytest.raises(EngramError) as info:
+            _ask(_guarded(**{method: EngramError(code)}), method)
+        assert info.value.code is code, method
+
+
+def test_any_other_exception_raised_by_the_policy_is_policy_unavailable() -> None:
+    with pytest.raises(EngramError) as info:
+        _ask(_guarded(decide=LookupError("policy engine down")), "decide")
+    assert (info.value.code, info.value.retriable) == (ErrorCode.POLICY_UNAVAILABLE, True)
+
+
+# --------------------------------------------------------------------------- DefaultPolicy's own answers
+
+
+def test_default_policy_confirmation_table() -> None:
+    tools = (
+        "engram_memory_capture",
+        "engram_memory_request_admission",
+        "engram_memory_withdraw",
+        "engram_memory_forget",
+    )
+    table = {
+        (capture, admission): [
+            DefaultPolicy(confirm_capture=capture, confirm_admission=admission).requires_confirmation(tool, A)
+            for tool in tools
+        ]
+        for capture in (False, True)
+        for admission in (False, True)
+    }
+    assert table == {
+        (False, False): [False, False, True, True],
+        (False, True): [False, True, True, True],
+        (True, False): [True, False, True, True],
+        (True, True): [True, True, True, True],
+    }
+    assert DefaultPolicy().requires_confirmation("engram_memory_search", A) is False
+    assert DefaultPolicy().requires_confirmation("engram_memory_get", A) is False
+
+
+def test_default_policy_grants_only_what_both_it_and_the_binding_grant() -> None:
+    narrow = make_binding("tenant-a", "workspace-1", tools=["engram_memory_search", "engram_memory_get"])
+    assert DefaultPolicy().granted_tools(narrow) == {"engram_memory_search", "engram_memory_get"}
+    policy = DefaultPolicy(tools=["engram_memory_get", "engram_memory_capture"])
+    assert policy.granted_tools(narrow) == {"engram_memory_get"}
+    assert policy.granted_tools(A) == {"engram_memory_get", "engram_memory_capture"}
+
+
+def test_default_policy_redaction_is_a_set_of_pointers() -> None:
+    policy = DefaultPolicy(redaction=["/payload", "/evidence", "/payload"])
+    assert policy.redaction_allowlist(A) == ("/evidence", "/payload")
+    assert policy == DefaultPolicy(redaction=("/evidence", "/payload"))
+    assert DefaultPolicy().redaction_allowlist(A) is None

@@ -39,7 +39,9 @@ import pytest
 from engram_memory import DefaultPolicy, ManualClock, MemoryAdmin, MemoryService
 from engram_memory.canonical import canonical_bytes
 from engram_memory.connect import connect
+from engram_memory.errors import StoreUnavailableError
 from engram_memory.ports import Store, StoreReader
+from engram_memory.stores.sqlite import SQLiteStore
 from engram_memory.testing import capture_args, confirm, ok
 from engram_memory.testing.fakes import ADMISSION, CAPTURE, FORGET, WITHDRAW, StoreWrapper
 from tests.sqlite_workers.common import SCOPES, binding
@@ -303,3 +305,31 @@ def test_a_same_key_call_that_loses_the_race_replays_the_winner(tmp_path: Path, 
     finally:
         winner.close()
         loser_base.close()
+
+
+# --------------------------------------------------------------------------- the write lock comes first
+
+
+def test_a_unit_of_work_takes_the_write_lock_before_its_body_runs(tmp_path: Path) -> None:
+    """``write`` is ``BEGIN IMMEDIATE``: while another connection holds the write lock the body never runs.
+
+    A deferred transaction would run the body on a snapshot that another writer may make stale,
+    and fail only at its first write.
+    """
+    path = tmp_path / "locked.db"
+    scope = "scope-locked"
+    store = SQLiteStore(path, busy_timeout_ms=50)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    entered: list[int] = []
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreUnavailableError), store.write(scope) as unit:
+            entered.append(unit.high_water())
+        assert entered == []
+        blocker.execute("ROLLBACK")
+        with store.write(scope) as unit:
+            entered.append(unit.high_water())
+        assert entered == [0]
+    finally:
+        blocker.close()
+        store.close()

@@ -27,7 +27,7 @@ import pytest
 
 from engram_memory import DefaultPolicy, ManualClock, MemoryAdmin, MemoryService
 from engram_memory.connect import connect
-from engram_memory.errors import KeyUnavailableError
+from engram_memory.errors import KeyUnavailableError, StoreUnavailableError
 from engram_memory.keyvaults.sqlite import SQLiteKeyVault
 from engram_memory.ports import SealedEnvelope
 from engram_memory.records import candidate_context, record_context
@@ -279,3 +279,25 @@ def test_withdraw_and_forget_leave_no_trace_of_the_content_in_any_file(service: 
     report = MemoryAdmin(service).verify(tenant_id=BINDING.tenant_id, workspace_id=BINDING.workspace_id)
     assert report.ok, report
     assert report.high_water == 7
+
+
+def test_compact_reports_a_wal_a_reader_keeps_in_use_and_a_retry_truncates_it(service: MemoryService) -> None:
+    """``compact`` never reports success while the WAL still holds old page images: it raises, and a retry finishes."""
+    record_id = _admit(service, _capture(service, CONTROL_KEY, KEPT_WORDS), "idempotency-key:erasure-compact-admit")
+    assert isinstance(service.store, SQLiteStore)
+    db = Path(service.store.path)
+    store = SQLiteStore(db, busy_timeout_ms=50)
+    reader = sqlite3.connect(db, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM events").fetchone()[0] == 2  # holds a snapshot on the WAL
+        with pytest.raises(StoreUnavailableError, match="retry"):
+            store.compact()
+        assert Path(f"{db}-wal").stat().st_size > 0
+        reader.execute("ROLLBACK")
+        store.compact()
+        assert Path(f"{db}-wal").stat().st_size == 0
+    finally:
+        reader.close()
+        store.close()
+    assert _search(service, KEPT_WORDS[0]) == [record_id]

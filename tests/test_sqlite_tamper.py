@@ -33,7 +33,7 @@ import pytest
 
 from engram_memory import DefaultPolicy, ManualClock, MemoryAdmin, MemoryService
 from engram_memory.connect import connect
-from engram_memory.errors import ErrorCode
+from engram_memory.errors import ErrorCode, StoreCorruptError
 from engram_memory.journal import VerifyReport
 from engram_memory.testing import capture_args, confirm, distinctive_words, make_binding, ok
 from engram_memory.testing.fakes import ADMISSION, CAPTURE, GET, PURPOSE, SEARCH, WITHDRAW
@@ -314,5 +314,35 @@ def test_a_deleted_vault_key_of_a_pending_candidate_is_blob_missing(world: _Worl
         assert (report.ok, report.code, report.cursor) == (False, ErrorCode.BLOB_MISSING, 3), report
         arguments = {"candidate_id": candidate_id, "idempotency_key": "idempotency-key:tamper-c2-admit"}
         _failure(service.call_tool(ADMISSION, arguments, A), ErrorCode.BLOB_MISSING)
+    finally:
+        service.close()
+
+
+# --------------------------------------------------------------------------- states outside the schema
+
+
+def test_a_candidate_state_outside_the_schema_is_journal_corrupt_never_a_lifecycle_answer(world: _World) -> None:
+    """A row written past the CHECK constraint is corruption, not an ended candidate (ALREADY_TERMINAL)."""
+    candidate_id = world.candidates["c2"]
+    sid = _scope_id(world.db, A)
+    raw = sqlite3.connect(world.db, isolation_level=None)
+    try:
+        raw.execute("PRAGMA ignore_check_constraints = ON")
+        changed = raw.execute(
+            "UPDATE candidates SET state = 'limbo' WHERE scope_id = ? AND candidate_id = ?", (sid, candidate_id)
+        ).rowcount
+    finally:
+        raw.close()
+    assert changed == 1
+    service = _open(world.db)
+    try:
+        with service.store.read(A.scope) as reader, pytest.raises(StoreCorruptError) as caught:
+            reader.candidate(candidate_id)
+        assert caught.value.code is ErrorCode.JOURNAL_CORRUPT
+        arguments = {"candidate_id": candidate_id, "idempotency_key": "idempotency-key:tamper-limbo-admit"}
+        _failure(service.call_tool(ADMISSION, arguments, A), ErrorCode.JOURNAL_CORRUPT)
+        with service.store.read(A.scope) as reader:
+            assert reader.high_water() == 7  # nothing was written
+        assert _verify(service, B).ok
     finally:
         service.close()

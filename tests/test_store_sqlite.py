@@ -6,6 +6,7 @@ import os
 import random
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 import tempfile
@@ -65,7 +66,7 @@ from engram_memory.testing import (
     make_binding,
     service_machine,
 )
-from engram_memory.testing.fakes import make_key, ok
+from engram_memory.testing.fakes import CAPTURE, capture_args, make_key, ok
 from engram_memory.testing.service import ReplaceEventBody
 
 REPO = Path(__file__).resolve().parents[1]
@@ -1342,6 +1343,25 @@ def test_database_vault_and_key_files_are_owner_only(tmp_path: Path) -> None:
     service.close()
     for name in ("private.db", "private.db.vault", "private.db.key"):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name
+
+
+def test_files_reached_through_a_dangling_symlink_are_owner_only(tmp_path: Path) -> None:
+    """A store or vault path that is a link to a file not made yet: the file is created 0600, whatever the umask."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "store.db").symlink_to(tmp_path / "real" / "target.db")
+    (tmp_path / "vault.db").symlink_to(tmp_path / "real" / "target.vault")
+    old_umask = os.umask(0o022)
+    try:
+        store = SQLiteStore(tmp_path / "store.db")
+        vault = SQLiteKeyVault(tmp_path / "vault.db", bytes(range(32)))
+        service = MemoryService(store=store, vault=vault, policy=DefaultPolicy(), clock=ManualClock())
+        ok(service.call_tool(CAPTURE, capture_args(make_key("through-a-link")), make_binding()))
+        modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in (tmp_path / "real").iterdir()}
+        service.close()
+    finally:
+        os.umask(old_umask)
+    assert {"target.db", "target.db-wal", "target.vault"} <= set(modes)
+    assert modes == dict.fromkeys(modes, 0o600)
 
 
 def test_a_sqlite_without_json_functions_is_refused_before_any_file_is_made(

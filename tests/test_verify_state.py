@@ -15,7 +15,10 @@ the untampered world verifies (checked when it is built).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -28,7 +31,7 @@ from engram_memory.connect import connect
 from engram_memory.errors import ErrorCode
 from engram_memory.journal import VerifyReport
 from engram_memory.keyvaults.memory import InMemoryKeyVault
-from engram_memory.ports import IndexedDocument, RecordRow
+from engram_memory.ports import IndexedDocument, JournalEvent, RecordRow, Store
 from engram_memory.stores.memory import InMemoryStore
 from engram_memory.testing import Harness, distinctive_words, make_binding
 
@@ -227,3 +230,190 @@ def test_sqlite_tampered_state_is_journal_corrupt_at_the_record(on_disk: _Sqlite
     statement, record = SQLITE_TAMPERS[name]
     assert on_disk.execute(statement, record) >= 1
     _assert_corrupt_at(on_disk.verify(), CURSORS[record])
+
+
+# --------------------------------------------------------------------------- the chain, forged consistently
+
+EVENT_DOMAIN: Final = b"graphify-memory/memory-journal-event/v1\x00"
+FOLD_DOMAIN: Final = b"graphify-memory/memory-fold-state/v1\x00"
+"""The domain strings of docs/contract.md, spelled out here rather than taken from the library."""
+
+
+def _plain_json(value: Any) -> bytes:
+    """Canonical JSON for the ASCII-only bodies of this world (sorted keys, no spaces), independent of the library."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def _hashed(domain: bytes, value: Any) -> str:
+    return "sha256:" + hashlib.sha256(domain + _plain_json(value)).hexdigest()
+
+
+def _rechain(store: InMemoryStore, edit: Callable[[int, dict[str, Any]], None]) -> None:
+    """Rewrite the scope's events: ``edit(cursor, body)`` alters a body, every digest and link is recomputed.
+
+    The result is a chain whose every event hashes to its digest and links to the one before, so
+    only a check of the altered field itself can find the forgery.
+    """
+    events = store.raw_partition(A.scope).events
+    previous = ZERO_DIGEST
+    for index, event in enumerate(events):
+        body = json.loads(event.body)
+        assert _plain_json(body) == event.body  # the stored bytes are the canonical form
+        assert _hashed(EVENT_DOMAIN, {k: v for k, v in body.items() if k != "event_digest"}) == event.event_digest
+        body["previous_event_digest"] = previous
+        edit(event.cursor, body)
+        body.pop("event_digest")
+        body["event_digest"] = _hashed(EVENT_DOMAIN, body)
+        events[index] = JournalEvent(cursor=event.cursor, event_digest=body["event_digest"], body=_plain_json(body))
+        previous = body["event_digest"]
+
+
+def test_memory_an_unchanged_rechain_still_verifies(memory: _MemoryWorld) -> None:
+    """The forging helper reproduces the stored chain byte for byte (the tests below change one field)."""
+    before = list(memory.store.raw_partition(A.scope).events)
+    _rechain(memory.store, lambda _cursor, _body: None)
+    assert memory.store.raw_partition(A.scope).events == before
+    assert _verify(memory.service) == VerifyReport(ok=True, high_water=HIGH_WATER)
+
+
+def test_memory_an_event_naming_another_cursor_is_journal_corrupt_there(memory: _MemoryWorld) -> None:
+    def edit(cursor: int, body: dict[str, Any]) -> None:
+        if cursor == 3:
+            body["cursor"] = "9"
+
+    _rechain(memory.store, edit)
+    _assert_corrupt_at(_verify(memory.service), 3)
+
+
+def test_memory_an_event_linked_to_another_predecessor_is_journal_corrupt_there(memory: _MemoryWorld) -> None:
+    def edit(cursor: int, body: dict[str, Any]) -> None:
+        if cursor == 4:
+            body["previous_event_digest"] = ZERO_DIGEST  # as if it were the first event
+
+    _rechain(memory.store, edit)
+    _assert_corrupt_at(_verify(memory.service), 4)
+
+
+def test_memory_a_non_canonical_spelling_of_a_body_is_journal_corrupt_there(memory: _MemoryWorld) -> None:
+    """The same JSON value with spaces hashes the same once parsed, but the stored bytes must be canonical."""
+    events = memory.store.raw_partition(A.scope).events
+    event = events[1]
+    spaced = json.dumps(json.loads(event.body), sort_keys=True).encode("ascii")
+    assert spaced != event.body
+    events[1] = JournalEvent(cursor=event.cursor, event_digest=event.event_digest, body=spaced)
+    _assert_corrupt_at(_verify(memory.service), 2)
+
+
+# --------------------------------------------------------------------------- rows the journal never made
+
+
+def test_memory_a_record_row_without_an_event_is_journal_corrupt_at_the_high_water(memory: _MemoryWorld) -> None:
+    ghost = attrs.evolve(memory.row("r2"), record_id="mem_" + "b" * 52)
+    with memory.store.write(A.scope) as unit:
+        unit.put_record(ghost)
+    _assert_corrupt_at(_verify(memory.service), HIGH_WATER)
+
+
+def test_memory_a_candidate_row_without_an_event_is_journal_corrupt_at_the_high_water(memory: _MemoryWorld) -> None:
+    with memory.store.read(A.scope) as reader:
+        rows = list(reader.candidates())
+    assert [row.state for row in rows] == ["admitted"] * 3
+    ghost = attrs.evolve(rows[0], candidate_id="candidate_" + "0" * 64, state="rejected", sealed=None)
+    with memory.store.write(A.scope) as unit:
+        unit.put_candidate(ghost)
+    _assert_corrupt_at(_verify(memory.service), HIGH_WATER)
+
+
+def test_memory_a_posting_of_a_document_that_is_not_indexed_is_journal_corrupt(memory: _MemoryWorld) -> None:
+    partition = memory.store.raw_partition(A.scope)
+    buckets = [bucket for bucket in partition.occurrences.values() if memory.records["r2"] in bucket]
+    assert buckets
+    for bucket in buckets:  # every term of r2, so whichever term verify reads holds the dangling entry
+        bucket["mem_" + "c" * 52] = "0:1:1"
+    _assert_corrupt_at(_verify(memory.service), HIGH_WATER)
+
+
+def test_memory_an_indexed_record_is_reported_at_its_own_last_event(memory: _MemoryWorld) -> None:
+    """A forgotten record back in the index is reported at its forget, not at a later high water."""
+    assert isinstance(memory.service.clock, ManualClock)
+    Harness(memory.service, memory.service.clock).pending(A, "idempotency-key:verify-later")
+    row = memory.row("r1")
+    document = IndexedDocument(
+        record_id=row.record_id,
+        lengths=(1, 0, 0, 0, 0),
+        terms={"zebra": (1, 0, 0, 0, 0)},
+        valid_from=row.valid_from,
+        valid_to=row.valid_to,
+        expires_at_ms=row.expires_at_ms,
+    )
+    with memory.store.write(A.scope) as unit:
+        unit.index_document(document)
+    report = _verify(memory.service)
+    assert report.high_water == HIGH_WATER + 1
+    _assert_corrupt_at(report, CURSORS["r1"])
+
+
+SQLITE_HIGH_WATER_TAMPERS: Final = {  # name: statement (``:record`` names r2); reported at the high water
+    "index-stats-documents": "UPDATE index_stats SET documents = documents + 1",
+    "dangling-postings": (
+        "INSERT INTO postings (scope_id, term, doc, occurrence)"
+        " SELECT scope_id, term, 999999, occurrence FROM postings"
+        " WHERE doc = (SELECT doc FROM records WHERE record_id = :record)"
+    ),
+    "record-row-without-event": (
+        "INSERT INTO records (scope_id, record_id, state, record_digest, payload_digest, recorded_cursor,"
+        " accepted_cursor, valid_from, trust_valid)"
+        " SELECT scope_id, 'mem_' || substr(record_id, 5, 51) || 'z', 'historical', record_digest, payload_digest,"
+        " recorded_cursor, accepted_cursor, valid_from, trust_valid FROM records WHERE record_id = :record"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SQLITE_HIGH_WATER_TAMPERS))
+def test_sqlite_tampered_index_or_rows_are_journal_corrupt_at_the_high_water(on_disk: _SqliteWorld, name: str) -> None:
+    assert on_disk.execute(SQLITE_HIGH_WATER_TAMPERS[name], "r2") >= 1
+    _assert_corrupt_at(on_disk.verify(), HIGH_WATER)
+
+
+# --------------------------------------------------------------------------- the folded state's digest
+
+
+def _expected_state_digest(store: Store) -> str:
+    """``FOLD_STATE`` digest of the world's fold, built from the journal's bytes and the states the trace leads to."""
+    with store.read(A.scope) as reader:
+        events = [json.loads(event.body) for event in reader.events()]
+        last = list(reader.events())[-1].event_digest
+    candidates = sorted(body["candidate_id"] for body in events if body["operation"] == "capture")
+    accepted = {body["record_id"]: body["record_digest"] for body in events if body["operation"] == "accept"}
+    forgotten = {body["record_id"] for body in events if body["operation"] == "tombstone"}
+    assert (len(candidates), len(accepted), len(forgotten)) == (3, 3, 1)
+    return _hashed(
+        FOLD_DOMAIN,
+        {
+            "high_water_cursor": str(HIGH_WATER),
+            "journal_root": last,
+            "candidates": [[cid, "admitted"] for cid in candidates],
+            "records": [
+                [rid, "tombstoned" if rid in forgotten else "accepted_current", accepted[rid]]
+                for rid in sorted(accepted)
+            ],
+        },
+    )
+
+
+def _state_digest(service: MemoryService) -> str:
+    return MemoryAdmin(service).state_digest(tenant_id=A.tenant_id, workspace_id=A.workspace_id)
+
+
+def test_the_state_digest_hashes_the_head_and_every_candidate_and_record_state(
+    memory: _MemoryWorld, on_disk: _SqliteWorld
+) -> None:
+    expected = _expected_state_digest(memory.store)
+    assert _state_digest(memory.service) == expected
+    service = _open(on_disk.db)
+    try:
+        assert _state_digest(service) == _expected_state_digest(service.store) == expected  # the same trace
+    finally:
+        service.close()
+    memory.put("r2", state="historical")  # one record state changes: so does the digest
+    assert _state_digest(memory.service) != expected

@@ -1,0 +1,156 @@
+"""``MemoryAdmin`` beyond ``verify``: ``reap_keys`` counts every doomed key of every scope and keeps going past
+a scope the vault fails; ``adjudicate`` takes only ``accept`` or ``reject``; an admitted candidate row that lost
+its outcome is refused, never re-admitted."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import attrs
+import pytest
+
+from engram_memory import DefaultPolicy, ManualClock, MemoryAdmin, MemoryService
+from engram_memory.context import HostBinding
+from engram_memory.errors import EngramError, ErrorCode
+from engram_memory.keyvaults.memory import InMemoryKeyVault
+from engram_memory.stores.memory import InMemoryStore
+from engram_memory.testing import Harness, fail, make_binding, make_key
+
+A: Final = make_binding("tenant-ops", "workspace-a")
+B: Final = make_binding("tenant-ops", "workspace-b")
+
+
+class _PickyVault(InMemoryKeyVault):
+    """An in-memory vault whose ``destroy`` fails for any call naming a key in ``refused``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused: set[str] = set()
+
+    def destroy(self, *key_refs: str) -> None:
+        if self.refused.intersection(key_refs):
+            raise ConnectionError("vault unreachable for these keys")
+        super().destroy(*key_refs)
+
+
+@attrs.frozen
+class _World:
+    store: InMemoryStore
+    vault: _PickyVault
+    harness: Harness
+
+    @property
+    def admin(self) -> MemoryAdmin:
+        return self.harness.admin
+
+    def doom(self, binding: HostBinding, count: int) -> list[str]:
+        """``count`` fresh vault keys, doomed in the scope of ``binding`` (as a deferred destruction leaves them)."""
+        refs = [self.vault.seal(f"context-{n}", b"sealed").key_ref for n in range(count)]
+        with self.store.write(binding.scope) as unit:
+            for ref in refs:
+                unit.doom_key(ref)
+        return refs
+
+    def doomed(self, binding: HostBinding) -> list[str]:
+        with self.store.read(binding.scope) as reader:
+            return reader.doomed_keys()
+
+    def high_water(self, binding: HostBinding) -> int:
+        with self.store.read(binding.scope) as reader:
+            return reader.high_water()
+
+
+def _world(admission: str) -> _World:
+    store, vault, clock = InMemoryStore(), _PickyVault(), ManualClock()
+    service = MemoryService(store=store, vault=vault, policy=DefaultPolicy(admission=admission), clock=clock)  # type: ignore[arg-type]
+    return _World(store=store, vault=vault, harness=Harness(service, clock))
+
+
+@pytest.fixture
+def world() -> _World:
+    """Two scopes with one pending candidate each (so ``store.scopes()`` lists both), nothing doomed yet."""
+    made = _world("adjudicate")
+    made.harness.pending(A, make_key("ops-a"))
+    made.harness.pending(B, make_key("ops-b"))
+    assert made.store.scopes() == sorted([A.scope, B.scope])
+    assert made.admin.reap_keys() == 0
+    return made
+
+
+# --------------------------------------------------------------------------- reap_keys
+
+
+def test_reap_keys_returns_the_number_of_keys_it_destroyed_across_scopes(world: _World) -> None:
+    doomed = world.doom(A, 2) + world.doom(B, 3)
+    assert all(world.vault.holds(ref) for ref in doomed)
+    assert world.admin.reap_keys() == 5
+    assert [ref for ref in doomed if world.vault.holds(ref)] == []
+    assert (world.doomed(A), world.doomed(B)) == ([], [])
+    assert world.admin.reap_keys() == 0
+
+
+def test_reap_keys_destroys_the_other_scopes_when_one_scope_fails(world: _World) -> None:
+    first, second = (A, B) if A.scope < B.scope else (B, A)  # scopes are reaped in key order
+    failing = world.doom(first, 2)
+    reaped = world.doom(second, 3)
+    world.vault.refused = set(failing)
+    with pytest.raises(EngramError) as failed:
+        world.admin.reap_keys()
+    assert (failed.value.code, failed.value.retriable) == (ErrorCode.STORE_UNAVAILABLE, True)
+    assert [ref for ref in reaped if world.vault.holds(ref)] == []  # the later scope was still reaped
+    assert world.doomed(second) == []
+    assert all(world.vault.holds(ref) for ref in failing)
+    assert world.doomed(first) == sorted(failing)  # and the failed keys stay doomed for a retry
+    world.vault.refused = set()
+    assert world.admin.reap_keys() == 2
+    assert world.doomed(first) == []
+    assert not any(world.vault.holds(ref) for ref in failing)
+
+
+# --------------------------------------------------------------------------- adjudicate
+
+
+@pytest.mark.parametrize("decision", ["maybe", "", "Accept", "adjudication_required", "reject "])
+def test_adjudicate_refuses_a_decision_other_than_accept_or_reject(world: _World, decision: str) -> None:
+    candidate_id = world.harness.pending(A, make_key("ops-adjudicate"))
+    before = world.high_water(A)
+    with pytest.raises(EngramError) as refused:
+        world.admin.adjudicate(
+            tenant_id=A.tenant_id,
+            workspace_id=A.workspace_id,
+            candidate_id=candidate_id,
+            decision=decision,  # type: ignore[arg-type]
+        )
+    assert (refused.value.code, refused.value.pointer, refused.value.retriable) == (
+        ErrorCode.INVALID_SCHEMA,
+        "/decision",
+        False,
+    )
+    assert world.high_water(A) == before  # nothing was decided
+    with world.store.read(A.scope) as reader:
+        row = reader.candidate(candidate_id)
+    assert row is not None
+    assert (row.state, row.outcome) == ("pending", None)
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def test_an_admitted_candidate_row_without_its_outcome_is_already_terminal() -> None:
+    """Only an admitted row that carries its outcome answers ``duplicate_exact``; one that lost it is refused."""
+    made = _world("accept")
+    candidate_id = made.harness.pending(A, make_key("ops-lost-outcome"))
+    with made.store.read(A.scope) as reader:
+        row = reader.candidate(candidate_id)
+    assert row is not None
+    with made.store.write(A.scope) as unit:
+        unit.put_candidate(attrs.evolve(row, state="admitted", outcome=None))
+    before = made.high_water(A)
+    envelope = made.harness.admit(A, candidate_id, make_key("ops-lost-outcome-admit"))
+    fail(envelope, ErrorCode.ALREADY_TERMINAL, retriable=False)
+    with pytest.raises(EngramError) as refused:
+        made.admin.adjudicate(
+            tenant_id=A.tenant_id, workspace_id=A.workspace_id, candidate_id=candidate_id, decision="accept"
+        )
+    assert refused.value.code is ErrorCode.ALREADY_TERMINAL
+    assert made.high_water(A) == before
