@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
-from typing import Any
+from typing import Any, Final
 
 import pytest
 import rfc8785
@@ -13,10 +14,13 @@ from hypothesis import strategies as st
 from engram_memory.canonical import (
     _PLAIN_ENCODE,
     _PLAIN_ENCODER,
+    CanonicalError,
+    Domain,
     _is_plain,
     _normalise,
     canonical_bytes,
     canonical_plain,
+    digest,
     parse_plain,
 )
 
@@ -161,3 +165,26 @@ def test_the_one_shot_encoder_writes_what_the_plain_encoder_writes(value: Any) -
     except ValueError:
         return
     assert _PLAIN_ENCODE(value) == expected
+
+
+_LONG_PREFIX: Final = ["a"] * 16
+"""Sixteen ASCII strings: one more string makes a list long enough for the bulk string check."""
+
+
+def test_a_long_list_of_strings_is_normalised_to_nfc() -> None:
+    """More than 16 strings take the bulk check; a non-ASCII item must still be NFC-normalised."""
+    expected = b"[" + b'"a",' * 16 + b'"\xc3\xa9"]'  # U+00E9 in UTF-8, typed by hand
+    for last in ("e\u0301", "\u00e9"):
+        assert canonical_bytes([*_LONG_PREFIX, last]) == expected
+        assert canonical_bytes((*_LONG_PREFIX, last)) == expected
+    expected_digest = "sha256:" + hashlib.sha256(b"graphify-memory/payload/v2\x00" + expected).hexdigest()
+    assert digest(Domain.PAYLOAD, [*_LONG_PREFIX, "e\u0301"]) == expected_digest
+
+
+def test_a_long_list_of_strings_refuses_a_lone_surrogate() -> None:
+    with pytest.raises(CanonicalError):
+        canonical_bytes([*_LONG_PREFIX, "\ud800"])
+
+
+def test_a_long_list_of_ascii_strings_is_written_as_is() -> None:
+    assert canonical_bytes([*_LONG_PREFIX, "b"]) == b"[" + b'"a",' * 16 + b'"b"]'

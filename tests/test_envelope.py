@@ -214,3 +214,33 @@ def test_arbitrary_details_never_reach_the_envelope(pointer_tail: str, detail: s
         "retriable": False,
     }
     assert set(envelope) == {"ok", "auditId", "redactionClass", "error"}
+
+
+# --------------------------------------------------------------------------- the text copy is compact UTF-8 JSON
+
+
+def test_mcp_text_of_a_success_is_compact_and_not_ascii_escaped() -> None:
+    """contract.md: the text is the compact JSON of the envelope (UTF-8, not ASCII-escaped)."""
+    envelope = success_envelope({"k": "caf\u00e9 \U0001f600", "n": [1, 2]}, "a-\u00e9")
+    text = to_mcp_call_result(envelope)["content"][0]["text"]
+    assert text == (
+        '{"ok":true,"output":{"schema_version":1,"value":{"k":"caf\u00e9 \U0001f600","n":[1,2]}},'
+        '"auditId":"a-\u00e9","redactionClass":"high"}'
+    )
+    assert "\\u" not in text
+
+
+def test_mcp_text_of_a_failure_is_compact() -> None:
+    text = to_mcp_call_result(failure_envelope(EngramError(ErrorCode.NOT_FOUND), "a-1"))["content"][0]["text"]
+    message = PUBLIC_MESSAGES[ErrorCode.NOT_FOUND]
+    assert text == (
+        '{"ok":false,"auditId":"a-1","redactionClass":"high",'
+        f'"error":{{"code":"NOT_FOUND","message":"{message}","retriable":false}}}}'
+    )
+
+
+@given(JSON_OBJECTS, st.text(min_size=1, max_size=16))
+def test_mcp_text_is_its_own_compact_unescaped_form(value: dict[str, Any], audit_id: str) -> None:
+    """Re-serialising the parsed text compactly, without ASCII escapes, gives the same text back."""
+    text = to_mcp_call_result(success_envelope(value, audit_id))["content"][0]["text"]
+    assert json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":")) == text

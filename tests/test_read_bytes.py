@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+import base64
+import hashlib
+import hmac
+from typing import Any, Final
 
 import pytest
 from hypothesis import given, settings
@@ -19,6 +22,7 @@ from engram_memory.canonical import (
     receipt_digest,
     sealed_receipt,
 )
+from engram_memory.errors import EngramError, ErrorCode
 from engram_memory.page_cursor import PageCursor, PageCursorCodec
 from engram_memory.ports import RankedHit
 from engram_memory.records import record_forms
@@ -152,3 +156,81 @@ def test_an_ordering_digest_is_as_long_as_the_placeholder() -> None:
 
     for hits in ([], [RankedHit(record_id="mem_a", score=1.0, recency=0.5, lexical=1.0)]):
         assert len(_ordering_digest(hits)) == len(ZERO_DIGEST)
+
+
+# --------------------------------------------------------------------------- page cursor bytes
+
+_CURSOR_SECRET: Final = b"k" * 32
+_CURSOR_BINDING: Final = "sha256:" + "ab" * 32
+_CURSOR_PINS: Final = PageCursor(
+    offset=70, valid_as_of=1_767_225_600_000, system_as_of=42, ordering_digest="sha256:" + "cd" * 32
+)
+_CURSOR_PAYLOAD: Final = b'{"o":70,"od":"sha256:' + b"cd" * 32 + b'","sa":"42","v":1,"va":1767225600000}'
+"""The canonical payload, written by hand: keys sorted, ``sa`` a decimal cursor string, version 1."""
+_BASE64URL_ALPHABET: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def _unpadded(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def _expected_raw() -> bytes:
+    """``payload || HMAC-SHA256(secret, PAGE_CURSOR domain || binding digest || payload)``."""
+    message = b"engram-memory/page-cursor/v1\x00" + _CURSOR_BINDING.encode("ascii") + _CURSOR_PAYLOAD
+    return _CURSOR_PAYLOAD + hmac.new(_CURSOR_SECRET, message, hashlib.sha256).digest()
+
+
+def test_a_page_cursor_is_the_documented_mac_over_the_payload() -> None:
+    codec = PageCursorCodec(_CURSOR_SECRET)
+    token = _unpadded(_expected_raw())
+    assert codec.encode(_CURSOR_PINS, _CURSOR_BINDING) == token
+    assert codec.decode(token, _CURSOR_BINDING) == _CURSOR_PINS
+    assert codec.encoded_length(_CURSOR_PINS) == len(token)
+
+
+def _assert_stale(codec: PageCursorCodec, token: str, binding: str = _CURSOR_BINDING) -> None:
+    with pytest.raises(EngramError) as caught:
+        codec.decode(token, binding)
+    assert caught.value.code is ErrorCode.STALE_PAGE
+    assert caught.value.retriable is False
+
+
+def test_a_cursor_with_other_unused_bits_is_stale() -> None:
+    """Flipping an unused low bit of the last character edits the token but not the bytes it decodes to."""
+    raw = _expected_raw()
+    assert len(raw) % 3 != 0  # else the last character has no unused bits and this test proves nothing
+    token = _unpadded(raw)
+    edited = token[:-1] + _BASE64URL_ALPHABET[_BASE64URL_ALPHABET.index(token[-1]) ^ 1]
+    assert edited != token
+    assert base64.urlsafe_b64decode(edited + "=" * (-len(edited) % 4)) == raw
+    _assert_stale(PageCursorCodec(_CURSOR_SECRET), edited)
+
+
+def _edited_cursors() -> dict[str, str]:
+    raw = _expected_raw()
+    token = _unpadded(raw)
+    assert "-" in token or "_" in token  # so the standard-alphabet spelling differs
+    flipped = bytes([raw[0] ^ 1]) + raw[1:]
+    return {
+        "padded": token + "=" * (-len(token) % 4),
+        "standard-alphabet": token.replace("-", "+").replace("_", "/"),
+        "truncated": token[:-1],
+        "payload-byte": _unpadded(flipped),
+        "mac-only": _unpadded(raw[-32:]),
+        "payload-only": _unpadded(_CURSOR_PAYLOAD),
+        "longer": _unpadded(raw + b"\x00"),
+        "empty": "",
+    }
+
+
+@pytest.mark.parametrize("name", list(_edited_cursors()))
+def test_an_edited_cursor_is_stale(name: str) -> None:
+    edited = _edited_cursors()[name]
+    assert edited != _unpadded(_expected_raw())
+    _assert_stale(PageCursorCodec(_CURSOR_SECRET), edited)
+
+
+def test_a_cursor_under_another_secret_or_binding_is_stale() -> None:
+    token = _unpadded(_expected_raw())
+    _assert_stale(PageCursorCodec(b"j" * 32), token)
+    _assert_stale(PageCursorCodec(_CURSOR_SECRET), token, "sha256:" + "ac" * 32)

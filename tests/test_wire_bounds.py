@@ -880,3 +880,64 @@ def test_parse_json_refuses_numbers_that_overflow_to_infinity() -> None:
         parse_json('{"query": "q", "purpose_ref": "p", "limit": 1e400}')
     assert caught.value.code is ErrorCode.INVALID_SCHEMA
     assert caught.value.pointer == ""
+
+
+# --------------------------------------------------------------------------- pointers, precedence, -0.0, depth 32
+
+
+@pytest.mark.parametrize("pointer", ["/payload/valid_time/t", "/payload/valid_time/t_end", "/payload/primary_event/at"])
+def test_negative_zero_is_refused_where_zero_is_allowed(pointer: str) -> None:
+    """``-0.0`` is not the integer 0 even in a field that accepts 0 (so the range check cannot hide it)."""
+    zeros = {"/payload/valid_time/t": 0, "/payload/valid_time/t_end": 0, "/payload/primary_event/at": 0}
+    accepted = check("engram_memory_capture", edited("engram_memory_capture", zeros), None)
+    assert (accepted.payload.valid_time.t, accepted.payload.primary_event.at) == (0, 0)
+    check("engram_memory_capture", edited("engram_memory_capture", {**zeros, pointer: -0.0}), (SCHEMA, pointer))
+
+
+def test_the_first_extra_key_in_sorted_order_is_reported() -> None:
+    for keys in (("zz_b", "zz_a"), ("zz_a", "zz_b")):
+        arguments = edited("engram_memory_search", {})
+        for key in keys:
+            arguments[key] = 1
+        check("engram_memory_search", arguments, (SCHEMA, "/zz_a"))
+
+
+@pytest.mark.parametrize(
+    ("parent", "key", "pointer"),
+    [
+        ("", "a/b~c", "/a~1b~0c"),
+        ("", "~1", "/~01"),
+        ("/capability_policy", "x/~", "/capability_policy/x~1~0"),
+    ],
+)
+def test_extra_keys_are_reported_as_escaped_json_pointers(parent: str, key: str, pointer: str) -> None:
+    """RFC 6901: ``~`` is written ``~0`` and ``/`` is written ``~1`` (``~`` first, so ``~1`` stays two tokens)."""
+    arguments = edited("engram_memory_search", {})
+    node = arguments if not parent else arguments[parent[1:]]
+    node[key] = "x"
+    check("engram_memory_search", arguments, (SCHEMA, pointer))
+
+
+def test_a_schema_error_after_a_malformed_digest_still_wins() -> None:
+    """A malformed digest earlier in the same array does not hide a later schema error."""
+    edits = {"/payload/citations/0/content_digest": "sha256:XYZ", "/payload/citations/1/source_ref": ""}
+    check("engram_memory_capture", edited("engram_memory_capture", edits), (SCHEMA, "/payload/citations/1/source_ref"))
+    digests_only = {"/payload/citations/0/content_digest": "sha256:XYZ", "/evidence/evidence_digest": "x"}
+    check(
+        "engram_memory_capture",
+        edited("engram_memory_capture", digests_only),
+        (DIGEST, "/payload/citations/0/content_digest"),
+    )
+
+
+@pytest.mark.parametrize(("depth", "expected"), [(31, (SCHEMA, "/query")), (32, (SCHEMA, ""))])
+def test_nesting_is_bounded_at_32_levels(depth: int, expected: Expected) -> None:
+    """The contract's bound, written out: the argument object is level 1, so 31 arrays under /query reach 32."""
+    check("engram_memory_search", edited("engram_memory_search", {"/query": nested(depth)}), expected)
+    raw = '{"query": ' + "[" * depth + "]" * depth + ', "purpose_ref": "p"}'
+    if expected == (SCHEMA, ""):
+        with pytest.raises(EngramError) as info:
+            parse_json(raw)
+        assert (info.value.code, info.value.pointer) == expected
+    else:
+        check("engram_memory_search", parse_json(raw), expected)

@@ -40,6 +40,13 @@ def test_descriptor_keys() -> None:
         assert descriptor["title"] != descriptor["name"]
 
 
+def test_titles_and_descriptions_tell_the_tools_apart() -> None:
+    """An agent picks a tool by its title and description: no two tools may share either."""
+    descriptors = tool_descriptors()
+    assert len({descriptor["title"] for descriptor in descriptors}) == len(TOOLS)
+    assert len({descriptor["description"] for descriptor in descriptors}) == len(TOOLS)
+
+
 @pytest.mark.parametrize("tool", TOOLS)
 def test_annotations_are_truthful(tool: str) -> None:
     read_only, destructive, idempotent = ANNOTATIONS[tool]

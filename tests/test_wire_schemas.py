@@ -486,3 +486,144 @@ def test_schema_agrees_with_parser(tool: str, data: st.DataObject) -> None:
     event(label)
     schema_ok = _STRICT[tool].is_valid(arguments)
     assert schema_ok == _parser_accepts(tool, arguments), (label, list(_STRICT[tool].iter_errors(arguments))[:1])
+
+
+# --------------------------------------------------------------------------- output bounds of the contract, written out
+
+
+def _output_valid(tool: str, value: Json) -> bool:
+    """Whether the plain and the strict validator both accept ``value`` (they must agree)."""
+    plain = bool(jsonschema.Draft202012Validator(s.output_schema(tool)).is_valid(value))
+    assert bool(StrictValidator(s.output_schema(tool)).is_valid(value)) is plain
+    return plain
+
+
+def valid_capture_arguments() -> dict[str, Json]:
+    """A small, valid capture argument object."""
+    digest = "sha256:" + "0" * 64
+    return {
+        "idempotency_key": "idempotency-key-0001",
+        "payload": {
+            "schema_version": 2,
+            "purpose_ref": "purpose-1",
+            "valid_time": {"t": 1000},
+            "components": [{"component_id": "k1", "kind": "decision", "text": "Use WAL.", "citation_ids": ["c1"]}],
+            "primary_component_id": "k1",
+            "primary_event": {"at": 1000, "type_ref": "decided", "citation_id": "c1"},
+            "citations": [
+                {
+                    "citation_id": "c1",
+                    "source_ref": "adr-7",
+                    "locator": {"scheme": "line", "value": "3"},
+                    "content_digest": digest,
+                }
+            ],
+        },
+        "evidence": {"evidence_ref": "ev-1", "evidence_digest": digest, "citation_ids": ["c1"]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("cursor", "valid"),
+    [("0", True), ("18446744073709551615", True), ("1" * 21, False), ("018446744073709551615", False)],
+)
+def test_output_cursors_reach_the_largest_64_bit_cursor(cursor: str, valid: bool) -> None:
+    value = sample_output_value("engram_memory_capture")
+    value["cursor"] = cursor
+    assert _output_valid("engram_memory_capture", value) is valid
+    receipt = sample_output_value("engram_memory_get")
+    receipt["read_receipt"]["validated_through_cursor"] = cursor
+    assert _output_valid("engram_memory_get", receipt) is valid
+
+
+@pytest.mark.parametrize(("count", "valid"), [(0, True), (50, True), (51, False)])
+def test_a_search_page_holds_at_most_50_records(count: int, valid: bool) -> None:
+    value = sample_output_value("engram_memory_search")
+    packet = value["records"][0]
+    value["records"] = [{**packet, "rank": rank} for rank in range(1, count + 1)]
+    value["rank_receipt"]["candidate_count"] = count
+    assert _output_valid("engram_memory_search", value) is valid
+
+
+def test_an_empty_search_has_zero_candidates() -> None:
+    value = sample_output_value("engram_memory_search")
+    value["records"] = []
+    value["rank_receipt"]["candidate_count"] = 0
+    value["rank_receipt"]["projection_receipt_digests"] = []
+    del value["next_page_cursor"]
+    assert _output_valid("engram_memory_search", value)
+
+
+@pytest.mark.parametrize(
+    ("from_state", "valid"),
+    [
+        ("accepted_current", True),
+        ("accepted_disputed", True),
+        ("historical", True),
+        ("expired", True),
+        ("trust_invalid", True),
+        ("pending", False),
+        ("withdrawn", False),
+        ("tombstoned", False),
+    ],
+)
+def test_forget_reports_every_state_it_can_leave(from_state: str, valid: bool) -> None:
+    """Founding document §forget: from_state is one of accepted_current | accepted_disputed | historical | expired
+    | trust_invalid."""
+    value = sample_output_value("engram_memory_forget")
+    value["receipt"]["from_state"] = from_state
+    assert _output_valid("engram_memory_forget", value) is valid
+
+
+@pytest.mark.parametrize(("from_state", "valid"), [("pending", True), ("accepted_current", False), ("", False)])
+def test_withdraw_only_leaves_pending(from_state: str, valid: bool) -> None:
+    value = sample_output_value("engram_memory_withdraw")
+    value["receipt"]["from_state"] = from_state
+    assert _output_valid("engram_memory_withdraw", value) is valid
+
+
+@pytest.mark.parametrize(
+    ("pointer", "valid"),
+    [
+        ("/citations", True),
+        ("/a~1b", True),
+        ("/t~0", True),
+        ("/~01", True),
+        ("citations", False),
+        ("", False),
+        ("/a~2", False),
+        ("/a~", False),
+        ("/a~b", False),
+    ],
+)
+def test_redacted_fields_are_escaped_json_pointers(pointer: str, valid: bool) -> None:
+    for tool in ("engram_memory_get", "engram_memory_search"):
+        value = sample_output_value(tool)
+        packet = value if tool == "engram_memory_get" else value["records"][0]
+        packet["redacted_fields"] = [pointer]
+        assert _output_valid(tool, value) is valid, tool
+
+
+@pytest.mark.parametrize("status", ["rejected", "pending_adjudication"])
+def test_an_outcome_without_a_record_has_no_record_id(status: str) -> None:
+    value = sample_output_value("engram_memory_request_admission")
+    value["outcome"]["status"] = status
+    del value["outcome"]["record_id"]
+    assert _output_valid("engram_memory_request_admission", value)
+
+
+@pytest.mark.parametrize(("size", "valid"), [(0, True), (4096, True), (4097, False)])
+def test_the_attestation_schema_bounds_4096_bytes(size: int, valid: bool) -> None:
+    arguments = valid_capture_arguments()
+    arguments["evidence"]["attestation"] = "a" * size
+    assert jsonschema.Draft202012Validator(s.input_schema("engram_memory_capture")).is_valid(arguments) is valid
+    assert _STRICT["engram_memory_capture"].is_valid(arguments) is valid
+    assert _parser_accepts("engram_memory_capture", arguments) is valid
+
+
+@pytest.mark.parametrize(("families", "valid"), [(["fam-a", "fam-b"], True), (["fam-a", "fam-a"], False)])
+def test_the_family_refs_schema_refuses_duplicates(families: list[str], valid: bool) -> None:
+    arguments = valid_capture_arguments()
+    arguments["payload"]["reconciliation"] = {"family_refs": families}
+    assert jsonschema.Draft202012Validator(s.input_schema("engram_memory_capture")).is_valid(arguments) is valid
+    assert _parser_accepts("engram_memory_capture", arguments) is valid
