@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 import attrs
 
-from engram_memory.canonical import nfc
 from engram_memory.errors import EngramError, ErrorCode
 from engram_memory.wire import limits as lim
 
@@ -84,7 +83,7 @@ class SearchCapabilityPolicy:
 class SearchArgs:
     """Arguments of ``engram_memory_search``."""
 
-    query: str = attrs.field(converter=nfc, validator=lim.free_text(*lim.QUERY_BYTES))
+    query: str = attrs.field(converter=lim.nfc_text, validator=lim.free_text(*lim.QUERY_BYTES))
     purpose_ref: str = _ref()
     limit: int = attrs.field(default=lim.LIMIT_DEFAULT, validator=lim.int_range(*lim.LIMIT_RANGE))
     max_packet_bytes: int = _packet_bytes()
@@ -122,7 +121,7 @@ class Component:
 
     component_id: str = _ref()
     kind: ComponentKind = attrs.field(validator=lim.one_of(ComponentKind))
-    text: str = attrs.field(converter=nfc, validator=lim.free_text(*lim.TEXT_BYTES))
+    text: str = attrs.field(converter=lim.nfc_text, validator=lim.free_text(*lim.TEXT_BYTES))
     citation_ids: tuple[str, ...] = _refs(1, lim.LIST_MAX)
 
 
@@ -224,7 +223,7 @@ class Evidence:
 
     @attestation.validator
     def _check_attestation(self, attribute: attrs.Attribute[Any], value: str | None) -> None:
-        if value is not None and len(value.encode("utf-8")) > lim.ATTESTATION_MAX_BYTES:
+        if value is not None and len(lim.text_bytes(attribute, value)) > lim.ATTESTATION_MAX_BYTES:
             raise _bad("/" + attribute.name, "attestation over 4,096 bytes")
 
 

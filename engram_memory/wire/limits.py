@@ -41,11 +41,13 @@ __all__ = [
     "int_range",
     "list_len",
     "literal_member",
+    "nfc_text",
     "one_of",
     "opaque_ref",
     "record_id",
     "safe_int",
     "sorted_unique",
+    "text_bytes",
     "unique_items",
     "verbatim_ref",
 ]
@@ -75,17 +77,46 @@ def _fail(attribute: attrs.Attribute[Any], detail: str, code: ErrorCode = ErrorC
     return EngramError(code, pointer="/" + attribute.name, detail=detail)
 
 
-def _utf8_len(value: str) -> int:
-    return len(value.encode("utf-8"))
+def text_bytes(attribute: attrs.Attribute[Any], value: Any) -> bytes:
+    """The UTF-8 bytes of a string field's value.
+
+    The JSON parser refuses other types and lone surrogates before a field is built; this is the
+    same refusal for arguments built directly from Python (the typed API).
+
+    Raises:
+        EngramError: ``INVALID_SCHEMA`` at ``/field`` if ``value`` is not a ``str`` or holds a
+            lone surrogate.
+    """
+    if type(value) is not str:
+        raise _fail(attribute, "expected a string")
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _fail(attribute, "string holds a lone surrogate") from None
+
+
+def _absent(attribute: attrs.Attribute[Any], value: Any) -> bool:
+    """Whether an optional field is left out (``None``); ``None`` for a required field is ``INVALID_SCHEMA``."""
+    if value is not None:
+        return False
+    if attribute.default is attrs.NOTHING:
+        raise _fail(attribute, "a required field is missing")
+    return True
+
+
+def nfc_text(value: Any) -> Any:
+    """Converter: a string in NFC; any other value unchanged, for the field's validator to refuse."""
+    return nfc(value) if type(value) is str else value
 
 
 def _byte_bounds(low: int, high: int, *, require_nfc: bool) -> Validator:
     def check(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is None:
+        if _absent(attribute, value):
             return
+        encoded = text_bytes(attribute, value)
         if require_nfc and nfc(value) != value:
             raise _fail(attribute, "string is not NFC")
-        size = _utf8_len(value if require_nfc else nfc(value))
+        size = len(encoded) if require_nfc else len(nfc(value).encode("utf-8"))
         if not low <= size <= high:
             raise _fail(attribute, f"string is {size} UTF-8 bytes, allowed {low}..{high}")
 
@@ -100,7 +131,9 @@ idempotency_key: Final = _byte_bounds(*IDEMPOTENCY_KEY_BYTES, require_nfc=True)
 
 def verbatim_ref(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     """A value copied exactly as returned (candidate_id, page_cursor): 1..512 UTF-8 bytes."""
-    if value is not None and not OPAQUE_BYTES[0] <= _utf8_len(value) <= OPAQUE_BYTES[1]:
+    if _absent(attribute, value):
+        return
+    if not OPAQUE_BYTES[0] <= len(text_bytes(attribute, value)) <= OPAQUE_BYTES[1]:
         raise _fail(attribute, "copied value has an impossible length")
 
 
@@ -111,19 +144,26 @@ def free_text(low: int, high: int) -> Validator:
 
 def record_id(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     """A record id as returned: ``^mem_[a-z2-7]+$``, at most 512 bytes."""
+    _absent(attribute, value)
+    text_bytes(attribute, value)
     if _RECORD_ID_RE.fullmatch(value) is None or len(value) > OPAQUE_BYTES[1]:
         raise _fail(attribute, "record_id does not match ^mem_[a-z2-7]+$")
 
 
 def digest_field(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    """``sha256:`` + 64 lower-case hex digits, else ``INVALID_DIGEST``."""
+    """``sha256:`` + 64 lower-case hex digits, else ``INVALID_DIGEST`` (``INVALID_SCHEMA`` if not a string)."""
+    _absent(attribute, value)
+    text_bytes(attribute, value)
     if not is_digest(value):
         raise _fail(attribute, "malformed digest", ErrorCode.INVALID_DIGEST)
 
 
 def instant(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     """A canonical ``YYYY-MM-DDTHH:mm:ss.sssZ`` instant that round-trips exactly."""
-    if value is not None and not is_instant(value):
+    if _absent(attribute, value):
+        return
+    text_bytes(attribute, value)
+    if not is_instant(value):
         raise _fail(attribute, "not a canonical instant")
 
 

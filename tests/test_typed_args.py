@@ -1,0 +1,151 @@
+"""Arguments built from Python (the typed API) are refused like JSON ones: ``INVALID_SCHEMA`` at the field.
+
+The JSON parser refuses a wrong type, a lone surrogate or a missing field before any argument class
+is built. A caller of the typed API builds the classes directly, so their own validators must give
+the same typed error, never a ``TypeError`` or ``UnicodeEncodeError`` from deep inside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+import pytest
+
+from engram_memory.errors import EngramError, ErrorCode
+from engram_memory.testing.fakes import (
+    ADMISSION,
+    CAPTURE,
+    FORGET,
+    GET,
+    PURPOSE,
+    SEARCH,
+    WITHDRAW,
+    capture_args,
+    make_key,
+)
+from engram_memory.wire.args import Evidence, GetArgs, RequestAdmissionArgs, SearchArgs
+from engram_memory.wire.converter import ARGS_BY_TOOL, parse_args
+
+CANDIDATE = "candidate_" + "0" * 64
+VALID: dict[str, dict[str, Any]] = {
+    CAPTURE: capture_args(
+        make_key("typed"),
+        attestation="reviewed",
+        retention={"derivative_rule": "make-ineligible", "expires_at": "2030-01-01T00:00:00.000Z"},
+        reconciliation={"family_refs": ["family:a", "family:b"]},
+    ),
+    SEARCH: {"query": "typed arguments", "purpose_ref": PURPOSE, "page_cursor": "c3RhbGU"},
+    GET: {"record_id": "mem_abc", "purpose_ref": PURPOSE},
+    ADMISSION: {"candidate_id": CANDIDATE, "idempotency_key": make_key("typed-admission")},
+    WITHDRAW: {"candidate_id": CANDIDATE, "idempotency_key": make_key("typed-withdraw"), "reason_ref": "reason:x"},
+    FORGET: {"record_id": "mem_abc", "idempotency_key": make_key("typed-forget"), "reason_ref": "reason:x"},
+}
+
+
+def _string_fields(obj: Any, path: str = "") -> Iterator[tuple[str, Any, str, bool]]:
+    """(pointer, the object holding it, field name, optional) of every string field, nested objects included.
+
+    ``optional``: the field's default is ``None`` (it may be left out); any other field must hold a string.
+    """
+    for field in attrs.fields(type(obj)):
+        value = getattr(obj, field.name)
+        if isinstance(value, str):
+            yield f"{path}/{field.name}", obj, field.name, field.default is None
+        elif attrs.has(type(value)):
+            yield from _string_fields(value, f"{path}/{field.name}")
+        elif isinstance(value, tuple):
+            for item in value:
+                if attrs.has(type(item)):
+                    yield from _string_fields(item, f"{path}/{field.name}/{value.index(item)}")
+
+
+CASES = [
+    pytest.param(tool, pointer, id=f"{tool.removeprefix('engram_memory_')}{pointer}")
+    for tool, args in VALID.items()
+    for pointer, *_ in _string_fields(parse_args(ARGS_BY_TOOL[tool], args))
+]
+
+
+def _holder(tool: str, pointer: str) -> tuple[Any, str, bool]:
+    for candidate, holder, name, optional in _string_fields(parse_args(ARGS_BY_TOOL[tool], VALID[tool])):
+        if candidate == pointer:
+            return holder, name, optional
+    raise AssertionError(pointer)
+
+
+def _refused(build: Any, name: str) -> EngramError:
+    with pytest.raises(EngramError) as info:
+        build()
+    assert info.value.code is ErrorCode.INVALID_SCHEMA
+    assert info.value.pointer == f"/{name}"
+    return info.value
+
+
+def test_every_tool_has_string_fields_to_check() -> None:
+    tools = {param.values[0] for param in CASES}
+    assert tools == set(VALID)
+    assert len(CASES) >= 30
+
+
+@pytest.mark.parametrize(("tool", "pointer"), CASES)
+def test_a_string_field_refuses_another_type(tool: str, pointer: str) -> None:
+    holder, name, _ = _holder(tool, pointer)
+    for wrong in (5, b"bytes", 1.5, ["list"]):
+        _refused(lambda wrong=wrong: attrs.evolve(holder, **{name: wrong}), name)
+
+
+@pytest.mark.parametrize(("tool", "pointer"), CASES)
+def test_a_string_field_refuses_a_lone_surrogate(tool: str, pointer: str) -> None:
+    holder, name, _ = _holder(tool, pointer)
+    error = _refused(lambda: attrs.evolve(holder, **{name: "a\ud800"}), name)
+    assert error.public_message == "arguments do not match the closed schema"
+    assert "\ud800" not in str(error)
+
+
+@pytest.mark.parametrize(("tool", "pointer"), CASES)
+def test_only_an_optional_string_field_takes_none(tool: str, pointer: str) -> None:
+    holder, name, optional = _holder(tool, pointer)
+    if optional:
+        assert getattr(attrs.evolve(holder, **{name: None}), name) is None
+    else:
+        _refused(lambda: attrs.evolve(holder, **{name: None}), name)
+
+
+def test_items_of_a_list_of_refs_are_checked_with_their_index() -> None:
+    evidence = parse_args(ARGS_BY_TOOL[CAPTURE], VALID[CAPTURE]).evidence
+    with pytest.raises(EngramError) as info:
+        attrs.evolve(evidence, citation_ids=(evidence.citation_ids[0], 7))
+    assert (info.value.code, info.value.pointer) == (ErrorCode.INVALID_SCHEMA, "/citation_ids/1")
+
+
+def test_the_reported_examples_are_typed_errors() -> None:
+    """The calls found raising ``UnicodeEncodeError``, ``TypeError`` or ``AttributeError`` before the fix."""
+    refusals: list[tuple[Callable[[], object], str]] = [
+        (lambda: SearchArgs(query="q", purpose_ref="\ud800"), "/purpose_ref"),
+        (lambda: SearchArgs(query="\ud800", purpose_ref=PURPOSE), "/query"),
+        (lambda: SearchArgs(query="q", purpose_ref=5), "/purpose_ref"),  # type: ignore[arg-type]
+        (lambda: SearchArgs(query="q", purpose_ref=PURPOSE, page_cursor="\ud800"), "/page_cursor"),
+        (lambda: RequestAdmissionArgs(candidate_id="\ud800", idempotency_key=make_key("x")), "/candidate_id"),
+        (lambda: RequestAdmissionArgs(candidate_id=5, idempotency_key=make_key("x")), "/candidate_id"),  # type: ignore[arg-type]
+        (lambda: GetArgs(record_id=5, purpose_ref=PURPOSE), "/record_id"),  # type: ignore[arg-type]
+        (lambda: GetArgs(record_id=None, purpose_ref=PURPOSE), "/record_id"),  # type: ignore[arg-type]
+        (
+            lambda: Evidence(
+                evidence_ref="e", evidence_digest="sha256:" + "0" * 64, citation_ids=("c",), attestation="\ud800"
+            ),
+            "/attestation",
+        ),
+        (lambda: Evidence(evidence_ref="e", evidence_digest=7, citation_ids=("c",)), "/evidence_digest"),  # type: ignore[arg-type]
+    ]
+    for build, pointer in refusals:
+        with pytest.raises(EngramError) as info:
+            build()
+        assert (info.value.code, info.value.pointer) == (ErrorCode.INVALID_SCHEMA, pointer)
+
+
+def test_valid_typed_arguments_equal_the_parsed_ones() -> None:
+    search = SearchArgs(query="typed arguments", purpose_ref=PURPOSE, page_cursor="c3RhbGU")
+    assert search == parse_args(SearchArgs, VALID[SEARCH])
+    assert GetArgs(record_id="mem_abc", purpose_ref=PURPOSE) == parse_args(GetArgs, VALID[GET])
