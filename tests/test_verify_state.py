@@ -77,6 +77,20 @@ class _MemoryWorld:
         with self.store.write(A.scope) as unit:
             unit.put_record(row)
 
+    def index_again(self, name: str) -> None:
+        """Put the record back in the lexical index (one word), whatever its state."""
+        row = self.row(name)
+        document = IndexedDocument(
+            record_id=row.record_id,
+            lengths=(1, 0, 0, 0, 0),
+            terms={"zebra": (1, 0, 0, 0, 0)},
+            valid_from=row.valid_from,
+            valid_to=row.valid_to,
+            expires_at_ms=row.expires_at_ms,
+        )
+        with self.store.write(A.scope) as unit:
+            unit.index_document(document)
+
 
 @pytest.fixture
 def memory() -> _MemoryWorld:
@@ -129,17 +143,7 @@ def test_memory_current_record_missing_from_the_index(memory: _MemoryWorld) -> N
 
 
 def test_memory_forgotten_record_back_in_the_index(memory: _MemoryWorld) -> None:
-    row = memory.row("r1")
-    document = IndexedDocument(
-        record_id=row.record_id,
-        lengths=(1, 0, 0, 0, 0),
-        terms={"zebra": (1, 0, 0, 0, 0)},
-        valid_from=row.valid_from,
-        valid_to=row.valid_to,
-        expires_at_ms=row.expires_at_ms,
-    )
-    with memory.store.write(A.scope) as unit:
-        unit.index_document(document)
+    memory.index_again("r1")
     _assert_corrupt_at(_verify(memory.service), CURSORS["r1"])
 
 
@@ -337,17 +341,7 @@ def test_memory_an_indexed_record_is_reported_at_its_own_last_event(memory: _Mem
     """A forgotten record back in the index is reported at its forget, not at a later high water."""
     assert isinstance(memory.service.clock, ManualClock)
     Harness(memory.service, memory.service.clock).pending(A, "idempotency-key:verify-later")
-    row = memory.row("r1")
-    document = IndexedDocument(
-        record_id=row.record_id,
-        lengths=(1, 0, 0, 0, 0),
-        terms={"zebra": (1, 0, 0, 0, 0)},
-        valid_from=row.valid_from,
-        valid_to=row.valid_to,
-        expires_at_ms=row.expires_at_ms,
-    )
-    with memory.store.write(A.scope) as unit:
-        unit.index_document(document)
+    memory.index_again("r1")
     report = _verify(memory.service)
     assert report.high_water == HIGH_WATER + 1
     _assert_corrupt_at(report, CURSORS["r1"])
