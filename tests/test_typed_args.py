@@ -56,9 +56,9 @@ def _string_fields(obj: Any, path: str = "") -> Iterator[tuple[str, Any, str, bo
         elif attrs.has(type(value)):
             yield from _string_fields(value, f"{path}/{field.name}")
         elif isinstance(value, tuple):
-            for item in value:
+            for index, item in enumerate(value):
                 if attrs.has(type(item)):
-                    yield from _string_fields(item, f"{path}/{field.name}/{value.index(item)}")
+                    yield from _string_fields(item, f"{path}/{field.name}/{index}")
 
 
 CASES = [
