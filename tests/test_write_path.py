@@ -391,7 +391,8 @@ def _accepted_keys(harness: Harness, store: InMemoryStore, binding: HostBinding,
 
 
 def test_accepts_destroy_candidate_keys_in_batches(harness: Harness, store: InMemoryStore, vault: FlakyVault) -> None:
-    waiting = _accepted_keys(harness, store, A, "batch", DESTROY_BATCH - 1)
+    assert DESTROY_BATCH == 16  # docs/contract.md: "Accept destroys doomed keys in batches of 16"
+    waiting = _accepted_keys(harness, store, A, "batch", 15)
     assert all(vault.holds(key) for key in waiting)
     assert store.raw_partition(A.scope).doomed == set(waiting)
     assert all(row.sealed is None for row in store.raw_partition(A.scope).candidates.values())
@@ -617,6 +618,35 @@ def test_a_rerun_that_replays_the_winner_destroys_the_losing_attempts_key(
     assert sorted(vault._keys) == _stored_key_refs(store) == [_sealed(store, loser["candidate_id"]).key_ref]
 
 
+@pytest.mark.parametrize("lost", [1, 2])
+def test_a_mutation_is_run_three_times_before_a_lost_race_is_store_unavailable(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault, lost: int
+) -> None:
+    """Two lost races are re-run and the third run commits; only a third lost race is STORE_UNAVAILABLE."""
+    faulty = _faulty(harness, store, vault, [StoreConflictError("injected: lost race")] * lost)
+    value = ok(faulty.capture(A, make_key(f"three-runs-{lost}")))
+    assert value["status"] == "committed_pending"
+    assert value["cursor"] == "1"
+    assert sorted(vault._keys) == _stored_key_refs(store) == [_sealed(store, value["candidate_id"]).key_ref]
+    again = _faulty(harness, store, vault, [StoreConflictError("injected: lost race")] * 3)
+    fail(again.capture(A, make_key(f"three-runs-{lost}-b")), ErrorCode.STORE_UNAVAILABLE, retriable=True)
+    assert harness.high_water(A) == 1
+
+
+def test_an_accept_rerun_after_a_lost_race_counts_each_doomed_key_once(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault
+) -> None:
+    """The batch of 16 counts distinct doomed keys: a lost race's rolled-back run adds none."""
+    waiting = _accepted_keys(harness, store, A, "rerun-batch", 7)
+    candidate_id = harness.pending(A, make_key("rerun-batch-last"))
+    waiting.append(_sealed(store, candidate_id).key_ref)
+    faulty = _faulty(harness, store, vault, [StoreConflictError("injected: lost race")])
+    assert ok(faulty.admit(A, candidate_id, make_key("rerun-batch-last-a")))["outcome"]["status"] == "accepted"
+    assert len(set(waiting)) == 8
+    assert store.raw_partition(A.scope).doomed == set(waiting)
+    assert all(vault.holds(key) for key in waiting)
+
+
 def test_an_unknown_outcome_keeps_the_key_the_committed_unit_needs(
     harness: Harness, store: InMemoryStore, vault: FlakyVault
 ) -> None:
@@ -786,6 +816,104 @@ def test_a_withdraw_that_loses_a_race_answers_already_terminal(
     )
     envelope = loser.withdraw(A, candidate_id, make_key("race-withdraw-2"))
     fail(envelope, ErrorCode.ALREADY_TERMINAL, retriable=False)
+
+
+def test_a_forget_that_loses_a_race_to_its_own_key_destroys_the_key_before_answering(
+    store: InMemoryStore, clock: ManualClock
+) -> None:
+    """A forget replayed inside its unit (the same key committed meanwhile) answers only once the key is gone."""
+    vault = FlakyVault()
+    harness = Harness(MemoryService(store=store, vault=vault, policy=ACCEPT, clock=clock), clock)
+    _, record_id = harness.accepted(A, make_key("race-forget"))
+    body_key = store.raw_partition(A.scope).records[record_id].sealed
+    assert body_key is not None
+    key = make_key("race-forget-f")
+
+    def competitor() -> None:  # the same forget commits first, but its vault call fails
+        vault.failures = 1
+        fail(harness.forget(A, record_id, key), ErrorCode.MUTATION_OUTCOME_UNKNOWN, retriable=True)
+        assert store.raw_partition(A.scope).doomed >= {body_key.key_ref}
+
+    loser = _racing_service(store, vault, clock, competitor)
+    value = ok(loser.forget(A, record_id, key))
+    assert value["replayed"] is True
+    assert value["receipt"]["to_state"] == "tombstoned"
+    assert not vault.holds(body_key.key_ref)
+    assert store.raw_partition(A.scope).doomed == set()
+
+
+def test_a_withdraw_that_loses_a_race_to_its_own_key_answers_the_winner_replayed(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault, clock: ManualClock
+) -> None:
+    """D4: the same withdraw key and arguments committed meanwhile is answered as a replay (``replayed: true``)."""
+    candidate_id = harness.pending(A, make_key("race-own-withdraw"))
+    key = make_key("race-own-withdraw-w")
+    winner: dict[str, Any] = {}
+    loser = _racing_service(store, vault, clock, lambda: winner.update(harness.withdraw(A, candidate_id, key)))
+    value = ok(loser.withdraw(A, candidate_id, key))
+    assert ok(winner)["replayed"] is False
+    assert value["replayed"] is True
+    assert value["receipt"] == ok(winner)["receipt"]
+    assert value["key_destruction"] == "complete"
+
+
+def test_a_confirmation_used_by_a_racing_call_is_gate_failed_in_the_unit(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault, clock: ManualClock
+) -> None:
+    """The single use is checked again in the unit: the loser is gate_failed (not retriable), nothing written."""
+    first = harness.pending(A, make_key("shared-confirmation-1"))
+    second = harness.pending(A, make_key("shared-confirmation-2"))
+    shared = "confirmation-shared-by-two-calls"
+
+    def withdraw_args(candidate_id: str, key: str) -> dict[str, Any]:
+        return {"candidate_id": candidate_id, "idempotency_key": key, "reason_ref": "reason:no-longer-true"}
+
+    def competitor() -> None:
+        args = withdraw_args(first, make_key("shared-confirmation-w1"))
+        ok(harness.confirmed(WITHDRAW, args, A, confirmation_id=shared))
+
+    loser = _racing_service(store, vault, clock, competitor)
+    before_key = _sealed(store, second).key_ref
+    envelope = loser.confirmed(
+        WITHDRAW, withdraw_args(second, make_key("shared-confirmation-w2")), A, confirmation_id=shared
+    )
+    fail(envelope, ErrorCode.GATE_FAILED, retriable=False)
+    assert store.raw_partition(A.scope).candidates[second].state == "pending"
+    assert vault.holds(before_key)
+    assert harness.high_water(A) == 3
+
+
+class ReadRacingStore(StoreWrapper):
+    """Delegates to an InMemoryStore, running ``competitor`` just before its ``nth`` read view (1-based)."""
+
+    def __init__(self, inner: InMemoryStore, nth: int, competitor: Callable[[], object]) -> None:
+        super().__init__(inner)
+        self.reads = 0
+        self.nth = nth
+        self.competitor = competitor
+
+    def read(self, scope: str) -> AbstractContextManager[Any]:
+        self.reads += 1
+        if self.reads == self.nth:
+            self.competitor()
+        return self.inner.read(scope)
+
+
+def test_an_admission_whose_own_key_decided_it_after_the_lookup_answers_the_replay(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault, clock: ManualClock
+) -> None:
+    """D4: a candidate rejected meanwhile under the same key and intent is that call's replay, not ALREADY_TERMINAL."""
+    candidate_id = harness.pending(A, make_key("race-own-admission"))
+    key = make_key("race-own-admission-a")
+    harness.use(REJECT)
+    winner: dict[str, Any] = {}
+    racing = ReadRacingStore(store, 2, lambda: winner.update(harness.admit(A, candidate_id, key)))
+    loser = Harness(MemoryService(store=racing, vault=vault, policy=REJECT, clock=clock), clock)
+    value = ok(loser.admit(A, candidate_id, key))
+    assert racing.reads >= 2
+    assert ok(winner)["replayed"] is False
+    assert ok(winner)["outcome"]["status"] == "rejected"
+    assert value == {**ok(winner), "replayed": True}
 
 
 # --------------------------------------------------------------------------- the rule index

@@ -673,6 +673,24 @@ class StoreConformance:
             assert stale
             assert reader.index_entries(stale) == {}
 
+    def test_an_unindexed_record_never_resolves_again_whatever_key_comes_next(self, store: Store) -> None:
+        """After ``unindex`` the record's row names no document: a later key resolves only to its own record.
+
+        A backend may reuse a freed document number; the unindexed row must not claim it.
+        """
+        with store.write(SCOPE_A) as unit:
+            _index_with_rows(unit, [_document("mem_z", {"old": _freq(primary=1)})])
+        with store.write(SCOPE_A) as unit:
+            unit.unindex("mem_z")
+        with store.write(SCOPE_A) as unit:
+            _index_with_rows(unit, [_document("mem_a", {"new": _freq(context=2)})])
+        with store.read(SCOPE_A) as reader:
+            assert [record_id for record_id, _, _ in _resolved(reader, "new")] == ["mem_a"]
+            keys = list(reader.term_postings("new")[0])
+            assert [entry.record_id for entry in reader.index_entries(keys).values()] == ["mem_a"]
+            assert list(reader.indexed_ids()) == ["mem_a"]
+            assert reader.record("mem_z") == _row_of(_document("mem_z", {"old": _freq(primary=1)}))
+
     def test_index_entries_report_each_row_as_it_is(self, store: Store) -> None:
         """An entry carries its row's state, trust and times as they are now, not as they were indexed.
 
