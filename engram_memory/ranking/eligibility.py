@@ -11,29 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol, TypeVar
 
-from engram_memory.ports import IndexEntry, Posting, RecordRow
+from engram_memory.ports import IndexEntry, RecordRow
 
 _Key = TypeVar("_Key")
 
-__all__ = ["eligible_entries", "is_valid_at", "posting_is_eligible", "row_is_eligible"]
-
-
-def is_valid_at(
-    valid_from: int, valid_to: int | None, expires_at_ms: int | None, *, valid_as_of: int, now_ms: int
-) -> bool:
-    """Whether a closed valid-time interval holds at ``valid_as_of`` and retention is not past."""
-    if valid_from > valid_as_of:
-        return False
-    if valid_to is not None and valid_as_of > valid_to:
-        return False
-    return expires_at_ms is None or now_ms < expires_at_ms
-
-
-def posting_is_eligible(posting: Posting, *, valid_as_of: int, now_ms: int) -> bool:
-    """The time part of eligibility, from the copy of the inputs an index posting carries."""
-    return is_valid_at(
-        posting.valid_from, posting.valid_to, posting.expires_at_ms, valid_as_of=valid_as_of, now_ms=now_ms
-    )
+__all__ = ["eligible_entries", "row_is_eligible"]
 
 
 class _EligibilityInputs(Protocol):
