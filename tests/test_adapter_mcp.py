@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import re
 import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -330,6 +333,121 @@ async def test_absent_arguments_are_an_invalid_schema_envelope(
         result = await client.call_tool(SEARCH, None)
     assert result.is_error is True
     assert result.structured_content["error"]["code"] == "INVALID_SCHEMA"
+
+
+async def test_a_callback_mcp_error_passes_through_unchanged(
+    service: MemoryService, binding: HostBinding, mode: str
+) -> None:
+    def binding_for(_ctx: RequestContext) -> HostBinding:
+        raise MCPError(-32001, "host refused the session")
+
+    async with connected(service, binding_for, mode) as client:
+        error = await _mcp_error(client, CAPTURE, capture_args())
+        with pytest.raises(MCPError) as listed:
+            await client.list_tools()
+    assert (error.code, error.message) == (-32001, "host refused the session")
+    assert (listed.value.code, listed.value.message) == (-32001, "host refused the session")
+
+
+@pytest.mark.parametrize("method", ["tools/call", "tools/list"])
+async def test_an_unexpected_failure_is_logged_with_its_traceback(
+    service: MemoryService, binding: HostBinding, mode: str, method: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    def binding_for(_ctx: RequestContext) -> HostBinding:
+        raise LookupError("secret-session-table")
+
+    caplog.set_level(logging.ERROR, logger="engram_memory.adapters.mcp")
+    async with connected(service, binding_for, mode) as client:
+        request = client.call_tool(CAPTURE, capture_args()) if method == "tools/call" else client.list_tools()
+        with pytest.raises(MCPError):
+            await request
+    [record] = [r for r in caplog.records if r.name == "engram_memory.adapters.mcp"]
+    assert record.levelno == logging.ERROR
+    assert record.getMessage() == f"MCP {method} handler failed"
+    assert record.exc_info is not None
+    assert record.exc_info[0] is LookupError
+    assert str(record.exc_info[1]) == "secret-session-table"
+
+
+async def test_a_protocol_error_is_not_logged_as_a_failure(
+    service: MemoryService, binding: HostBinding, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="engram_memory.adapters.mcp")
+    async with connected(service, binding, mode) as client:
+        error = await _mcp_error(client, "engram_memory_delete_everything", {})
+    assert error.code == INVALID_PARAMS
+    assert [r for r in caplog.records if r.name == "engram_memory.adapters.mcp"] == []
+
+
+async def test_the_tool_list_is_private_and_never_cached(
+    service: MemoryService, binding: HostBinding, mode: str
+) -> None:
+    async with connected(service, binding, mode) as client:
+        listed = await client.list_tools()
+    assert listed.ttl_ms == 0
+    assert listed.cache_scope == "private"
+    assert listed.next_cursor is None
+
+
+async def test_the_server_announces_its_name_and_the_package_version(
+    service: MemoryService, binding: HostBinding, mode: str
+) -> None:
+    async with connected(service, binding, mode) as client:
+        default_info = client.server_info
+    with anyio.fail_after(TIMEOUT):
+        async with Client(build_server(service, lambda _ctx: binding, name="acme-memory"), mode=mode) as client:
+            named_info = client.server_info
+    assert default_info is not None
+    assert named_info is not None
+    assert default_info.name == "engram-memory"
+    assert named_info.name == "acme-memory"
+    # The version as the build backend reads it (hatch: ``engram_memory/_version.py``).
+    source = (Path(__file__).parents[1] / "engram_memory" / "_version.py").read_text(encoding="utf-8")
+    match = re.search(r'^__version__ = "([^"]+)"$', source, re.MULTILINE)
+    assert match is not None
+    version = match.group(1)
+    assert default_info.version == named_info.version == version
+
+
+async def test_tools_list_runs_the_service_in_a_worker_thread(
+    service: MemoryService, binding: HostBinding, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[HostBinding, threading.Thread]] = []
+    real = service.list_tools
+
+    def spy(bound: HostBinding) -> list[dict[str, Any]]:
+        seen.append((bound, threading.current_thread()))
+        return real(bound)
+
+    monkeypatch.setattr(service, "list_tools", spy)
+    async with connected(service, binding, mode) as client:
+        listed = await client.list_tools()
+    assert len(listed.tools) == 6
+    [(bound, thread)] = seen
+    assert bound == binding
+    assert thread is not threading.main_thread()
+
+
+async def test_absent_arguments_reach_the_service_as_none(
+    service: MemoryService, binding: HostBinding, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[Any] = []
+    real = service.call_tool
+
+    def spy(name: str, raw: Any, bound: HostBinding) -> dict[str, Any]:
+        seen.append(raw)
+        return real(name, raw, bound)
+
+    monkeypatch.setattr(service, "call_tool", spy)
+    async with connected(service, binding, mode) as client:
+        result = await client.call_tool(SEARCH, None)
+    assert seen == [None]
+    assert result.structured_content == {
+        "ok": False,
+        "auditId": "audit-1",
+        "redactionClass": "high",
+        "error": {"code": "INVALID_SCHEMA", "message": "arguments do not match the closed schema", "retriable": False},
+    }
 
 
 # ---------------------------------------------------------------------------------------- packaging

@@ -164,3 +164,32 @@ async def test_stdio_search_and_get_find_the_admitted_record(tmp_path: Path) -> 
         got = _envelope(await session.call_tool("engram_memory_get", {"record_id": record_id, "purpose_ref": PURPOSE}))
         assert got["ok"] is True, got
         assert got["output"]["value"]["record"]["record_id"] == record_id
+
+
+SERVE_STDIO_SCRIPT = """
+import anyio
+from engram_memory import HostBinding, connect
+from engram_memory.adapters.mcp import serve_stdio
+
+binding = HostBinding(tenant_id="acme", workspace_id="platform", principal="alice", agent_id="agent",
+                      session="stdio", purpose_ref="engineering-decisions",
+                      tools=frozenset({"engram_memory_get", "engram_memory_search"}))
+anyio.run(lambda: serve_stdio(connect("memory:"), binding, name="acme-stdio-memory"))
+"""
+
+
+async def test_serve_stdio_announces_its_name_and_serves_its_binding(tmp_path: Path) -> None:
+    before = _child_pids()
+    params = StdioServerParameters(command=sys.executable, args=["-c", SERVE_STDIO_SCRIPT])
+    with (tmp_path / "server.stderr").open("w", encoding="utf-8") as errlog:
+        with anyio.fail_after(TIMEOUT):
+            async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+                initialized = await session.initialize()
+                listed = await session.list_tools()
+                got = await session.call_tool("engram_memory_get", {"record_id": "mem_x", "purpose_ref": PURPOSE})
+        assert _child_pids() <= before
+    assert initialized.server_info.name == "acme-stdio-memory"
+    assert [tool.name for tool in listed.tools] == ["engram_memory_search", "engram_memory_get"]
+    envelope = _envelope(got)
+    assert envelope["ok"] is False
+    assert envelope["error"] == {"code": "NOT_FOUND", "message": "memory target not found", "retriable": False}
