@@ -47,9 +47,11 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
+from operator import itemgetter
 from pathlib import Path
+from typing import Any, TypeVar
 
 SCHEMA = """
 CREATE TABLE postings (
@@ -75,6 +77,7 @@ Posting = tuple[bytes, int, str]
 """(term key, document, occurrence key)."""
 RunRow = tuple[bytes, bytes, str]
 """(term key, packed documents, joined occurrence keys): a term's postings in one run."""
+_Row = TypeVar("_Row", bound=tuple[Any, ...])
 
 
 class Vocabulary:
@@ -100,11 +103,17 @@ class Vocabulary:
         return [(1, key, doc, f"0:{1 + position % 3}:{terms}") for position, key in enumerate(keys)]
 
 
+def by_term(rows: Iterable[_Row]) -> Iterator[tuple[bytes, list[_Row]]]:
+    """``(term, rows)`` for each run of rows with the same first member (the term key)."""
+    for term, group in itertools.groupby(rows, key=itemgetter(0)):
+        yield term, list(group)
+
+
 def run_rows(postings: Iterable[Posting]) -> list[RunRow]:
     """One run row per term of ``postings``, which are sorted by term, then document."""
     return [
         (term, array.array("q", [doc for _, doc, _ in group]).tobytes(), ";".join(key for _, _, key in group))
-        for term, group in ((term, list(group)) for term, group in itertools.groupby(postings, key=lambda p: p[0]))
+        for term, group in by_term(postings)
     ]
 
 
@@ -142,7 +151,7 @@ class LeveledRuns:
         rows.sort(key=lambda row: (row[0], row[1]))
         merged = [
             (term, b"".join(row[2] for row in group), ";".join(row[3] for row in group))
-            for term, group in ((term, list(group)) for term, group in itertools.groupby(rows, key=lambda row: row[0]))
+            for term, group in by_term(rows)
         ]
         self.write(level + 1, merged)
         self.conn.execute(f"DELETE FROM runs WHERE scope_id = 1 AND run IN ({marks})", runs)  # noqa: S608
