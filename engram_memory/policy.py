@@ -44,8 +44,9 @@ class DefaultPolicy:
         allow_retain: ``retention.derivative_rule: "retain"`` is allowed.
         max_retention: the cap on ``retention.expires_at`` after capture time (``None``: no cap).
         family_refs: reconciliation families the host consents to.
-        redaction: top-level JSON pointers a reader may see (``None``: the whole record);
-            ``/record_id`` is always kept.
+        redaction: JSON pointers of the record fields a reader may see (``None``: the whole
+            record; see :meth:`engram_memory.ports.Policy.redaction_allowlist`); ``/record_id``
+            is always kept.
         tools: the tools this policy grants (all six by default: the policy only narrows what
             each ``HostBinding.tools`` grants explicitly, so this default opens nothing).
         trust: the trust class assigned to captures.

@@ -534,7 +534,11 @@ class Policy(Protocol):
         ...
 
     def redaction_allowlist(self, binding: HostBinding) -> tuple[str, ...] | None:
-        """Top-level JSON pointers of the record fields the binding may read; ``None`` = all."""
+        """JSON pointers (RFC 6901) of the record fields the binding may read; ``None`` = all.
+
+        ``""`` keeps the whole record; a pointer may reach inside an object but not through an
+        array (see :func:`engram_memory.redaction.redact_record`).
+        """
         ...
 
     def allows_network(self, binding: HostBinding) -> bool:

@@ -36,7 +36,7 @@ from engram_memory.wire.args import (
     SearchArgs,
     WithdrawArgs,
 )
-from engram_memory.wire.converter import ARGS_BY_TOOL, TOOL_NAMES, ToolArgs, parse_args
+from engram_memory.wire.converter import ARGS_BY_TOOL, TOOL_NAMES, ToolArgs, check_argument_bytes, parse_args
 from engram_memory.wire.envelope import failure_envelope, success_envelope
 from engram_memory.write_path import WritePath
 
@@ -51,6 +51,13 @@ ADMISSION: Final = "engram_memory_request_admission"
 WITHDRAW: Final = "engram_memory_withdraw"
 FORGET: Final = "engram_memory_forget"
 _MUTATIONS: Final = frozenset({CAPTURE, ADMISSION, WITHDRAW, FORGET})
+
+
+def _is_mutation(name: object) -> bool:
+    """Whether ``name`` names a mutating tool (a name that is not a ``str`` names none)."""
+    return isinstance(name, str) and name in _MUTATIONS
+
+
 _BOUND_FIELDS: Final = ("tenant_id", "workspace_id", "principal", "agent_id", "session", "purpose_ref")
 """The host-bound fields every call needs (non-empty strings), else -32603."""
 
@@ -133,8 +140,9 @@ class MemoryService:
             if not unicodedata.is_normalized("NFC", value):  # NFC-equivalent ids would share digests
                 raise ProtocolError.untrusted_context(f"host binding {name} is not NFC")
 
-    def _check_grant(self, tool: str, binding: HostBinding) -> None:
-        if tool not in ARGS_BY_TOOL or tool not in self.granted_tools(binding):
+    def _check_grant(self, tool: object, binding: HostBinding) -> None:
+        """-32602 unless ``tool`` is the name (a ``str``) of a tool this binding is granted."""
+        if not isinstance(tool, str) or tool not in ARGS_BY_TOOL or tool not in self.granted_tools(binding):
             raise ProtocolError.unknown_tool("tool unknown or not granted")
 
     def _guard(self, tool: str, binding: HostBinding) -> None:
@@ -167,9 +175,14 @@ class MemoryService:
         return self._read.get(binding, args)
 
     def capture(self, binding: HostBinding, args: CaptureArgs) -> CaptureResult:
-        """Submit cited material as an encrypted pending candidate."""
+        """Submit cited material as an encrypted pending candidate.
+
+        Arguments whose JSON form is over 1,048,576 bytes are ``INVALID_SCHEMA`` here, as they are
+        through :meth:`call_tool` (capture is the only tool whose arguments can reach the bound).
+        """
         self._guard(CAPTURE, binding)
         self._check_purpose(args, binding)
+        check_argument_bytes(args)
         return self._write.capture(binding, args)
 
     def request_admission(self, binding: HostBinding, args: RequestAdmissionArgs) -> RequestAdmissionResult:
@@ -210,7 +223,7 @@ class MemoryService:
             EngramError: ``INVALID_SCHEMA`` / ``INVALID_DIGEST`` for invalid arguments.
         """
         self._check_context(binding)
-        if name not in _MUTATIONS:
+        if not _is_mutation(name):
             raise ProtocolError.unknown_tool("not a mutating tool")
         args = parse_args(ARGS_BY_TOOL[name], arguments)
         return self._write.guard.operation_digest(name, args, binding)
@@ -236,7 +249,7 @@ class MemoryService:
             raise
         except Exception as exc:  # noqa: BLE001 - an infrastructure failure is never an empty success
             _log.exception("unexpected failure in %s", name)
-            code = ErrorCode.MUTATION_OUTCOME_UNKNOWN if name in _MUTATIONS else ErrorCode.CAPABILITY_UNAVAILABLE
+            code = ErrorCode.MUTATION_OUTCOME_UNKNOWN if _is_mutation(name) else ErrorCode.CAPABILITY_UNAVAILABLE
             return failure_envelope(EngramError(code, detail=type(exc).__name__), audit_id)
         return success_envelope(result.to_json(), audit_id)
 

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import attrs
+import jsonschema
 import pytest
 
 from engram_memory import DefaultPolicy, ErrorCode, MemoryService
@@ -22,6 +23,7 @@ from engram_memory.read_path import TRANSPORT_CAP, PageCursor, PageCursorCodec, 
 from engram_memory.records import record_context
 from engram_memory.stores.memory import InMemoryStore
 from engram_memory.testing import StoreWrapper
+from engram_memory.wire.descriptors import tool_descriptors
 from tests.read_fixtures import (
     DAY_MS,
     START,
@@ -480,6 +482,64 @@ def test_redaction_keeps_only_the_allowlist_and_the_record_id() -> None:
     assert set(got["record"]) == {"components", "citations", "record_id"}
     assert got["redacted_fields"] == expected_removed
     check_get_digests(got)
+
+
+NESTED_ALLOWLIST = (
+    "/components",
+    "/primary_event/at",
+    "/reconciliation/family_refs",
+    "/retention/derivative_rule",
+    "/trust/class",
+    "/valid_time/t",
+)
+
+
+def test_a_record_kept_in_part_matches_the_published_output_schemas() -> None:
+    """Nested pointers keep part of each object-valued field; search and get still match their schemas.
+
+    The full record matches too, and the partial objects are exactly what the pointers address.
+    """
+    harness = ReadHarness(policy=DefaultPolicy(admission="accept", redaction=NESTED_ALLOWLIST))
+    binding = make_binding()
+    record_id = harness.admit(binding, DocSpec(key="n1", primary="nested redaction probe"))
+    full = ReadHarness()
+    full_record = ok(full.get(binding, full.admit(binding, DocSpec(key="n1", primary="nested redaction probe"))))[
+        "record"
+    ]
+    validators = {
+        descriptor["name"]: jsonschema.Draft202012Validator(descriptor["outputSchema"])
+        for descriptor in tool_descriptors()
+    }
+    searched = harness.search(binding, "nested")
+    got = harness.get(binding, record_id)
+    for tool, envelope in (("engram_memory_search", searched), ("engram_memory_get", got)):
+        assert not list(validators[tool].iter_errors(envelope)), tool
+    record = ok(got)["record"]
+    assert ok(searched)["records"][0]["record"] == record
+    assert record == {
+        "record_id": record_id,
+        "components": full_record["components"],
+        "primary_event": {"at": full_record["primary_event"]["at"]},
+        "reconciliation": {"family_refs": full_record["reconciliation"]["family_refs"]},
+        "retention": {"derivative_rule": full_record["retention"]["derivative_rule"]},
+        "trust": {"class": full_record["trust"]["class"]},
+        "valid_time": {"t": full_record["valid_time"]["t"]},
+    }
+    kept_whole_or_in_part = {
+        "record_id",
+        "components",
+        "primary_event",
+        "reconciliation",
+        "retention",
+        "trust",
+        "valid_time",
+    }
+    assert ok(got)["redacted_fields"] == sorted("/" + key for key in full_record if key not in kept_whole_or_in_part)
+    assert not list(validators["engram_memory_get"].iter_errors(full.get(binding, full_record["record_id"])))
+    unknown_member = {**record, "trust": {"class": "asserted", "owner": "x"}}
+    assert not validators["engram_memory_get"].is_valid(
+        {**got, "output": {**got["output"], "value": {**ok(got), "record": unknown_member}}}
+    )
 
 
 def test_redact_record_pointer_rules() -> None:

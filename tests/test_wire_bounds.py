@@ -16,9 +16,21 @@ from typing import Any, Final
 import attrs
 import pytest
 
+from engram_memory import DefaultPolicy, ManualClock, MemoryService
 from engram_memory.canonical import canonical_bytes
 from engram_memory.errors import EngramError, ErrorCode
-from engram_memory.wire import ARGS_BY_TOOL, CaptureArgs, SearchArgs, input_schema, parse_args, parse_json
+from engram_memory.keyvaults.memory import InMemoryKeyVault
+from engram_memory.stores.memory import InMemoryStore
+from engram_memory.testing.fakes import make_binding
+from engram_memory.wire import (
+    ARGS_BY_TOOL,
+    CaptureArgs,
+    SearchArgs,
+    input_schema,
+    parse_args,
+    parse_json,
+    unstructure_args,
+)
 from engram_memory.wire.converter import MAX_NESTING
 from tests.wire_strategies import (
     BAD_DIGESTS,
@@ -745,6 +757,39 @@ def test_the_cap_is_checked_before_the_fields() -> None:
 
 DECOMPOSED: Final = "e\u0301"
 """3 UTF-8 bytes as sent; NFC makes it "\u00e9", 2 bytes."""
+
+
+def test_typed_capture_applies_the_cap_like_call_tool() -> None:
+    """The typed API refuses arguments one byte over the cap at the root, writes nothing, and takes the cap itself."""
+    service = MemoryService(
+        store=(store := InMemoryStore()),
+        vault=InMemoryKeyVault(),
+        policy=DefaultPolicy(max_retention=None),
+        clock=ManualClock(),
+    )
+    at_cap = capture_of_size(ONE_MIB)
+    binding = make_binding(purpose_ref=at_cap["payload"]["purpose_ref"])
+    typed = parse_args(CaptureArgs, at_cap)
+    over = attrs.evolve(typed, idempotency_key=typed.idempotency_key + "x")
+    assert json.loads(compact({**at_cap, "idempotency_key": over.idempotency_key})) == unstructure_args(over)
+    assert (
+        service.call_tool("engram_memory_capture", unstructure_args(over), binding)["error"]["code"] == "INVALID_SCHEMA"
+    )
+    with pytest.raises(EngramError) as info:
+        service.capture(binding, over)
+    assert (info.value.code, info.value.pointer) == (SCHEMA, "")
+    assert store.raw_partition(binding.scope).events == []
+    assert service.capture(binding, typed).status == "committed_pending"
+
+
+def test_every_input_schema_states_the_cap_as_it_is_measured() -> None:
+    """The published rule says what the runtime measures: the compact JSON text as sent, before NFC."""
+    rule = (
+        "The serialised arguments (their compact JSON text in UTF-8, as sent, before any NFC normalisation) "
+        "are at most 1,048,576 bytes."
+    )
+    for tool in ARGS_BY_TOOL:
+        assert rule in input_schema(tool)["x-engram-rules"], tool
 
 
 def test_the_cap_measures_the_arguments_as_sent_not_their_nfc_form() -> None:

@@ -269,3 +269,15 @@ def test_the_stored_intent_is_the_digest_of_tool_and_canonical_arguments(
     assert rows[(A.principal, make_key("intent-w"))].intent_digest == _intent("engram_memory_withdraw", withdraw)
     held = rows[(A.principal, make_key("intent-a"))]
     assert (held.intent_digest, held.response) == (_intent("engram_memory_request_admission", admission), b"")
+
+
+@pytest.mark.parametrize("name", [["engram_memory_search"], {"engram_memory_search": 1}, 7, b"engram_memory_search"])
+def test_a_tool_name_that_is_not_a_string_is_an_unknown_tool(
+    store: InMemoryStore, clock: ManualClock, name: Any
+) -> None:
+    """Contract: an unknown tool is -32602, whatever the transport passed as its name (never a TypeError)."""
+    harness = _harness(store, InMemoryKeyVault(), clock)
+    for call in (harness.service.call_tool, harness.service.operation_digest):
+        with pytest.raises(ProtocolError) as raised:
+            call(name, {"query": "x", "purpose_ref": A.purpose_ref}, A)
+        assert int(raised.value.code) == -32602

@@ -4,7 +4,9 @@ Each class mirrors its closed JSON Schema in :mod:`engram_memory.wire.schemas`. 
 directly (the typed API) runs the same validators as parsing JSON through
 :func:`engram_memory.wire.parse_args`; every violation is an
 :class:`~engram_memory.errors.EngramError` (``INVALID_SCHEMA``, or ``INVALID_DIGEST`` for a
-malformed digest) whose ``pointer`` names the field.
+malformed digest) whose ``pointer`` names the field. The one exception is the 1,048,576-byte
+bound on the whole argument object, which needs its serialised form:
+:meth:`engram_memory.MemoryService.capture` checks it (no other tool's arguments can reach it).
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ __all__ = [
     "MAX_NESTING",
     "TOOL_NAMES",
     "ToolArgs",
+    "check_argument_bytes",
     "make_converter",
     "parse_args",
     "parse_json",
@@ -287,6 +288,20 @@ def parse_args(cls: type[T], raw: Any) -> T:
         if isinstance(leaf, EngramError):
             raise EngramError(leaf.code, pointer=pointer, detail="; ".join(getattr(leaf, "__notes__", []))) from exc
         raise EngramError(ErrorCode.INVALID_SCHEMA, pointer=pointer, detail=f"{type(leaf).__name__}: {leaf}") from exc
+
+
+def check_argument_bytes(args: ToolArgs) -> None:
+    """Apply the 1,048,576-byte bound of the argument object to arguments built in Python.
+
+    :func:`parse_args` measures JSON arguments as sent; typed arguments are measured by the
+    compact JSON text of :func:`unstructure_args` (their values as validated, so after NFC).
+
+    Raises:
+        EngramError: ``INVALID_SCHEMA`` at the root when the arguments are over the bound.
+    """
+    size = _serialised_size(unstructure_args(args))
+    if size is not None and size > MAX_ARGUMENT_BYTES:
+        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="arguments over 1 MiB")
 
 
 def unstructure_args(value: ToolArgs) -> dict[str, Any]:

@@ -277,8 +277,8 @@ def _argument_root(schema: Schema, title: str) -> Schema:
     out[X_ENGRAM_RULES] = [
         *out.get(X_ENGRAM_RULES, []),
         (
-            "The serialised arguments (RFC 8785 of the NFC-normalised object) are at most "
-            f"{lim.MAX_ARGUMENT_BYTES:,} UTF-8 bytes."
+            "The serialised arguments (their compact JSON text in UTF-8, as sent, before any NFC "
+            f"normalisation) are at most {lim.MAX_ARGUMENT_BYTES:,} bytes."
         ),
         "Numbers: -0, NaN and Infinity are refused; an integral number such as 10.0 is the integer 10.",
     ]
@@ -607,6 +607,22 @@ def _trust() -> Schema:
     )
 
 
+def _redactable(schema: Schema) -> Schema:
+    """``schema`` with no member required in it or in the objects it holds (arrays are whole).
+
+    Redaction may keep part of an object-valued record field (a pointer such as ``/trust/class``),
+    so inside a redacted record an object's members are all optional. Arrays are never traversed
+    by redaction: their items keep their own schemas.
+    """
+    if schema.get("type") != "object":
+        return schema
+    return {
+        **schema,
+        "properties": {name: _redactable(member) for name, member in schema["properties"].items()},
+        "required": [],
+    }
+
+
 def _record() -> Schema:
     properties: dict[str, Schema] = {
         "schema_version": _const(2, "Record schema version: always 2."),
@@ -628,9 +644,13 @@ def _record() -> Schema:
         "trust": _trust(),
     }
     return _obj(
-        properties,
+        {name: _redactable(member) for name, member in properties.items()},
         required=("record_id",),
-        description=("An admitted record, redacted: any field except record_id may be removed (see redacted_fields)."),
+        description=(
+            "An admitted record, redacted: any field except record_id may be removed (see "
+            "redacted_fields), and any member of an object-valued field (valid_time, primary_event, "
+            "retention, reconciliation, trust) when the host's allowlist keeps only part of it."
+        ),
     )
 
 
