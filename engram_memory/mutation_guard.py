@@ -8,7 +8,8 @@ Every mutation goes through it (founding document §0 "mutation guard"; DESIGN D
   unit of work as the mutation, so replays survive restarts. An admission left
   ``pending_adjudication`` holds its key provisionally (:meth:`MutationGuard.hold`).
 * **Confirmation gate.** Bound to tool, target and operation digest, approved within 300 s of its
-  request, used within 30 s of approval, and consumed (single use) in the mutation's unit of work.
+  request, used within 30 s of approval (checked when the call starts and again in its unit of
+  work, so a mutation that reaches its commit later is refused), and consumed (single use) there.
 * **Unit of work.** Port errors become memory errors: busy → ``STORE_UNAVAILABLE`` (retriable), an
   unknown commit outcome → ``MUTATION_OUTCOME_UNKNOWN``, corruption → its code.
 """
@@ -87,7 +88,8 @@ class Attempt:
     :meth:`seal` seals under a fresh vault key and remembers the key, so the guard can destroy it
     if the unit does not commit. :meth:`last_checks` runs the checks that can still refuse the
     mutation inside its unit: the binding's deadline (``DEADLINE_EXCEEDED``), then the
-    confirmation's single use (``gate_failed``; consumed here). It runs at most once.
+    confirmation's 30 s window and single use (``gate_failed``; consumed here). It runs at most
+    once.
     """
 
     def __init__(self, vault: KeyVault, checks: Callable[[], None]) -> None:
@@ -102,7 +104,7 @@ class Attempt:
         return sealed
 
     def last_checks(self) -> None:
-        """Refuse the mutation now if its deadline passed or its confirmation was used."""
+        """Refuse the mutation now if its deadline passed or its confirmation expired or was used."""
         checks, self._checks = self._checks, None
         if checks is not None:
             checks()
@@ -333,9 +335,16 @@ class MutationGuard:
             _log.exception("keys of a mutation that did not commit were not destroyed")
 
     def consume(self, unit: UnitOfWork, confirmation: Confirmation | None) -> None:
-        """Consume a confirmation in the unit (``gate_failed`` if a racing call used it first)."""
+        """Consume a confirmation in the unit.
+
+        Raises:
+            EngramError: ``gate_failed`` if more than 30 s passed since its approval (a call that
+                started in time but reached its commit too late) or a racing call used it first.
+        """
         if confirmation is None:
             return
+        if self._clock.now() - confirmation.approved_at > CONFIRMATION_MAX_AGE:
+            raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation expired before the commit")
         if unit.confirmation_used(confirmation.id):
             raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation already used")
         unit.consume_confirmation(confirmation.id)

@@ -267,6 +267,21 @@ class _WriteFaults(StoreWrapper):
             raise StoreOutcomeUnknownError("injected: connection lost after COMMIT")
 
 
+class _SlowWrites(StoreWrapper):
+    """A Store wrapper whose units of work take ``delay`` of the manual clock to reach their body."""
+
+    def __init__(self, inner: Store, clock: ManualClock, delay: timedelta) -> None:
+        super().__init__(inner)
+        self._clock = clock
+        self._delay = delay
+
+    @contextmanager
+    def write(self, scope: str) -> Iterator[Any]:
+        self._clock.advance(self._delay)
+        with self.inner.write(scope) as unit:
+            yield unit
+
+
 class ServiceConformance:
     """The service suite. Subclass it and override the ``service_factory`` fixture."""
 
@@ -906,6 +921,40 @@ class ServiceConformance:
             approved_at=now - timedelta(seconds=30),
         )
         assert ok(envelope)["receipt"]["to_state"] == "withdrawn"
+
+    @pytest.mark.parametrize("tool", [WITHDRAW, FORGET])
+    def test_a_confirmation_must_still_be_fresh_when_the_mutation_commits(self, harness: Harness, tool: str) -> None:
+        """Founding document §0: "executed within 30 s" of approval, so the window is checked again in the unit.
+
+        A call that starts 1 s after the approval but reaches its unit of work 30 s later is
+        ``gate_failed`` with nothing written and the confirmation left unused; 29 s later it commits.
+        """
+        if tool == WITHDRAW:
+            target = harness.pending(A, make_key("late-target"))
+            args = _withdraw_args(target, make_key("late-call"))
+        else:
+            _, target = harness.accepted(A, make_key("late-target"))
+            args = _forget_args(target, make_key("late-call"))
+        service = harness.service
+        for delay, answer in ((timedelta(seconds=30), "refused"), (timedelta(seconds=29), "committed")):
+            harness.service = MemoryService(
+                store=_SlowWrites(service.store, harness.clock, delay),
+                vault=service.vault,
+                policy=service.policy,
+                clock=harness.clock,
+            )
+            now = harness.clock.now()
+            approval = {"requested_at": now - timedelta(seconds=10), "approved_at": now - timedelta(seconds=1)}
+            if answer == "refused":
+                with self.unchanged(harness):
+                    envelope = harness.confirmed(tool, args, A, confirmation_id="late-approval", **approval)
+                fail(envelope, ErrorCode.GATE_FAILED, retriable=False)
+                with service.store.read(A.scope) as reader:
+                    assert not reader.confirmation_used("late-approval")
+            else:
+                value = ok(harness.confirmed(tool, args, A, confirmation_id="late-approval", **approval))
+                assert value["receipt"]["to_state"] == ("withdrawn" if tool == WITHDRAW else "tombstoned")
+        harness.service = service
 
     def test_a_confirmation_is_single_use(self, harness: Harness) -> None:
         """D8: a confirmation id used by one mutation is gate_failed on any later one."""
