@@ -100,7 +100,9 @@ def test_description_guides_the_agent(tool: str) -> None:
 
 def test_capture_description_carries_the_discipline() -> None:
     description = _by_name()["engram_memory_capture"]["description"]
-    for phrase in ("Search first", "pending", "encrypted", "cite", "secret", "request_admission"):
+    phrases = ("Search first", "pending", "encrypted", "cite", "request_admission")
+    never_stored = ("secret", "credential", "token", "signing key", "password", "connection string", ".env", "cookie")
+    for phrase in (*phrases, *never_stored):  # founding document §1 and §4
         assert phrase in description, phrase
 
 
