@@ -782,6 +782,28 @@ def test_typed_capture_applies_the_cap_like_call_tool() -> None:
     assert service.capture(binding, typed).status == "committed_pending"
 
 
+def test_a_record_captured_at_the_cap_is_too_large_to_read_whole() -> None:
+    """contract.md "Packet budgets": the record adds ids and receipts to its payload, so a capture at
+    the argument cap admits a record that get refuses even at the largest ``max_packet_bytes``."""
+    service = MemoryService(
+        store=InMemoryStore(),
+        vault=InMemoryKeyVault(),
+        policy=DefaultPolicy(admission="accept", max_retention=None),
+        clock=ManualClock(),
+    )
+    at_cap = capture_of_size(ONE_MIB)
+    del at_cap["payload"]["valid_time"]["t_end"]  # valid now, so readable but for its size
+    at_cap["payload"]["components"][-1]["text"] += "a" * (ONE_MIB - len(compact(at_cap)))
+    assert len(compact(at_cap)) == ONE_MIB
+    binding = make_binding(purpose_ref=at_cap["payload"]["purpose_ref"])
+    candidate_id = service.call_tool("engram_memory_capture", at_cap, binding)["output"]["value"]["candidate_id"]
+    admission = {"candidate_id": candidate_id, "idempotency_key": "admit-the-mebibyte"}
+    outcome = service.call_tool("engram_memory_request_admission", admission, binding)["output"]["value"]["outcome"]
+    assert outcome["status"] == "accepted"
+    read = {"record_id": outcome["record_id"], "purpose_ref": binding.purpose_ref, "max_packet_bytes": ONE_MIB}
+    assert service.call_tool("engram_memory_get", read, binding)["error"]["code"] == "PROJECTION_OVERSIZED"
+
+
 def test_every_input_schema_states_the_cap_as_it_is_measured() -> None:
     """The published rule says what the runtime measures: the compact JSON text as sent, before NFC."""
     rule = (
