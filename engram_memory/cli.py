@@ -1,8 +1,9 @@
 """The ``engram-memory`` command: a narrated demo and operator commands.
 
 ``engram-memory demo [--db PATH]`` walks through the whole governance model on an embedded
-SQLite file; ``verify --db PATH`` and ``stats --db PATH`` inspect an existing database and never
-modify it: a store or vault file at another schema version is refused, not migrated.
+SQLite file; ``verify --db PATH`` and ``stats --db PATH`` inspect an existing database and write
+nothing to it (they close without destroying the keys an accept left doomed): a store or vault
+file at another schema version is refused, not migrated.
 """
 
 from __future__ import annotations
@@ -247,7 +248,7 @@ def _cmd_verify(options: argparse.Namespace) -> int:
         report = admin.verify_scope(scope)
         print(f"{scope}: {'ok' if report.ok else f'{report.code} at cursor {report.cursor}'} ({report.high_water})")
         status = status if report.ok else 1
-    service.close()
+    service.close(destroy_doomed_keys=False)  # inspection writes nothing
     return status
 
 
@@ -262,7 +263,7 @@ def _cmd_stats(options: argparse.Namespace) -> int:
                 counts[f"record:{record.state}"] = counts.get(f"record:{record.state}", 0) + 1
             summary = ", ".join(f"{key}={value}" for key, value in sorted(counts.items()))
             print(f"{scope}: journal height {reader.high_water()}; {summary}")
-    service.close()
+    service.close(destroy_doomed_keys=False)
     return 0
 
 
@@ -310,7 +311,7 @@ def _parser() -> argparse.ArgumentParser:
         help="re-derive every scope's journal chain and state",
         description=(
             "Re-derive every scope's journal hash chain and folded state and compare them with the stored "
-            "state and sealed bodies. Prints one line per scope; exits 1 at the first scope that fails, naming "
+            "state and sealed bodies. Prints one line per scope; exits 1 if any scope fails, naming "
             "the code (JOURNAL_CORRUPT, CURSOR_GAP, BLOB_MISSING) and the first bad cursor. Never modifies the "
             "files: a database or key vault at another schema version is refused, not migrated."
         ),

@@ -98,19 +98,22 @@ class MemoryService:
         self._closed = False
         self._read = ReadPath(store=store, vault=vault, policy=self.policy, clock=clock, ranker=self.ranker)
 
-    def close(self) -> None:
+    def close(self, *, destroy_doomed_keys: bool = True) -> None:
         """Destroy the keys accepts left doomed, then close the store and the vault. Idempotent.
 
         The vault is closed only if it holds resources (has ``close``). A failure to destroy a
         key is logged and leaves it doomed for the next run's ``MemoryAdmin.reap_keys``.
+        ``destroy_doomed_keys=False`` closes without writing anything (for read-only
+        inspection); the doomed keys then wait for a later ``close`` or ``reap_keys``.
         """
         if self._closed:
             return
         self._closed = True
-        try:
-            self._write.guard.reap()
-        except Exception:  # noqa: BLE001 - closing must release the files whatever the store says
-            _log.exception("doomed keys left for MemoryAdmin.reap_keys")
+        if destroy_doomed_keys:
+            try:
+                self._write.guard.reap()
+            except Exception:  # noqa: BLE001 - closing must release the files whatever the store says
+                _log.exception("doomed keys left for MemoryAdmin.reap_keys")
         self.store.close()
         close_vault = getattr(self.vault, "close", None)
         if callable(close_vault):

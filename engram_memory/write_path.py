@@ -672,6 +672,7 @@ class WritePath:
         try:
             self._guard.destroy_doomed(scope, doomed)
         except EngramError as exc:
+            _log.exception("forget committed but its key is not destroyed; a retry of the forget destroys it")
             raise EngramError(
                 ErrorCode.MUTATION_OUTCOME_UNKNOWN, detail="forget committed; its key is not destroyed yet"
             ) from exc

@@ -334,6 +334,40 @@ def test_a_current_database_is_inspected_without_a_byte_changed(
     assert _marks(demo_db) == (STORE_APPLICATION_ID, STORE_SCHEMA.latest)
 
 
+def _doomed_keys(db: Path) -> int:
+    """Doomed keys listed in a closed store (``immutable``: no ``-wal`` or ``-shm`` file is created)."""
+    conn = sqlite3.connect(db.absolute().as_uri() + "?mode=ro&immutable=1", uri=True)
+    try:
+        count: int = conn.execute("SELECT count(*) FROM doomed_keys").fetchone()[0]
+    finally:
+        conn.close()
+    return count
+
+
+@pytest.mark.parametrize("command", ["verify", "stats"])
+def test_keys_an_accept_left_doomed_are_left_to_the_library(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An accept dooms the candidate's key and destroys it later (in a batch, or when the service
+    closes); inspecting a database a service left that way writes nothing, not even that destruction."""
+    db = tmp_path / "live.db"
+    service = connect(f"sqlite:///{db}", policy=DefaultPolicy(admission="accept"))
+    binding = make_binding()
+    candidate_id = service.call_tool(CAPTURE, capture_args(make_key("doomed")), binding)["output"]["value"]
+    admission = {"candidate_id": candidate_id["candidate_id"], "idempotency_key": make_key("doomed-admit")}
+    outcome = service.call_tool("engram_memory_request_admission", admission, binding)["output"]["value"]
+    assert outcome["outcome"]["status"] == "accepted"
+    service.close(destroy_doomed_keys=False)  # as a process that stopped before its close
+    assert _doomed_keys(db) == 1
+    before = _files(tmp_path)
+    assert main([command, "--db", str(db)]) == 0
+    capsys.readouterr()
+    assert _files(tmp_path) == before
+    assert _doomed_keys(db) == 1
+    connect(f"sqlite:///{db}").close()  # the library's own close destroys it
+    assert _doomed_keys(db) == 0
+
+
 def test_an_outdated_store_in_use_is_refused_and_left_unmigrated(old_db: Path) -> None:
     other = sqlite3.connect(old_db)  # another process has it open: its -wal and -shm exist
     try:

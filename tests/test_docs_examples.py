@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engram_memory.ports import KeyVault
-from engram_memory.testing import KeyVaultConformance
+from engram_memory.testing import KeyVaultConformance, RankerConformance, ServiceConformance, StoreConformance
 from engram_memory.testing.keyvault import CompleteDestruction
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,3 +57,12 @@ class TestTheDocumentedKmsVaultConforms(KeyVaultConformance):
     @pytest.fixture
     def complete_destruction(self) -> CompleteDestruction | None:
         return lambda vault: vault.purge()  # type: ignore[attr-defined]  # the documented scheduled deletion
+
+
+def test_backends_md_states_each_conformance_kit_s_test_count() -> None:
+    """docs/backends.md says how many tests each kit runs; the counts follow the kits."""
+    text = (ROOT / "docs" / "backends.md").read_text(encoding="utf-8")
+    for kit in (StoreConformance, KeyVaultConformance, RankerConformance, ServiceConformance):
+        stated = re.search(rf"`{kit.__name__}`[^(]*\((\d+) tests", text)
+        assert stated is not None, kit.__name__
+        assert int(stated.group(1)) == len([name for name in dir(kit) if name.startswith("test_")]), kit.__name__

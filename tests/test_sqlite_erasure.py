@@ -180,6 +180,9 @@ class _Scenario:
         got = ok(_get(service, self.forgotten))
         assert FORGOTTEN_WORDS[1] in got["record"]["components"][0]["text"]
         self.record_wrapped = _wrapped_key(self.db, self.record_envelope.key_ref)
+        term_key = store._term_key  # the postings' on-disk key of a word
+        self.term_keys = {f"term key of {word}": term_key(word) for word in FORGOTTEN_WORDS}
+        assert len(self.files.holding(self.term_keys)) >= len(self.term_keys)  # the index holds them
 
     def check_controls(self) -> None:
         """The scanner finds what is stored in clear bytes; the words are not (sealed design)."""
@@ -227,8 +230,8 @@ class _Scenario:
             "reason_ref": "reason:erasure",
         }
         assert _confirmed(self.service, FORGET, arguments)["projection_invalidation"] == "complete"
-        gone = _words(FORGOTTEN_WORDS, extra=(FORGOTTEN_ATTESTATION,))
-        assert self.files.holding(gone) == []  # as soon as forget returned
+        gone = _words(FORGOTTEN_WORDS, extra=(FORGOTTEN_ATTESTATION,)) | self.term_keys
+        assert self.files.holding(gone) == []  # as soon as forget returned: the store's WAL was truncated
         self.files.checkpoint()
         gone |= {
             "forgotten record ciphertext": self.record_envelope.ciphertext,
@@ -301,3 +304,39 @@ def test_compact_reports_a_wal_a_reader_keeps_in_use_and_a_retry_truncates_it(se
         reader.close()
         store.close()
     assert _search(service, KEPT_WORDS[0]) == [record_id]
+
+
+def test_an_erasure_under_a_reader_commits_and_the_next_one_scrubs_both(
+    service: MemoryService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reader holding the WAL only delays the scrub: forget still answers, and says so in the log;
+    the next erasure truncates the WAL and both records' term digests are gone from every file."""
+    store = service.store
+    assert isinstance(store, SQLiteStore)
+    files = _Files(Path(store.path))
+    words = {name: distinctive_words(f"erasure-{name}") for name in ("first", "second")}
+    records = {
+        name: _admit(
+            service, _capture(service, f"idempotency-key:{name}", words[name]), f"idempotency-key:{name}:admit"
+        )
+        for name in words
+    }
+    term_key = store._term_key  # the postings' on-disk key of a word
+    digests = {name: {f"{name} {word}": term_key(word) for word in words[name]} for name in words}
+    reader = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM events").fetchone()[0] == 4  # a snapshot on the WAL
+        with caplog.at_level("WARNING", logger="engram_memory"):
+            forget = {"record_id": records["first"], "idempotency_key": "idempotency-key:forget-1", "reason_ref": "r:1"}
+            assert _confirmed(service, FORGET, forget)["projection_invalidation"] == "complete"
+        assert "write-ahead log in use after an erasure; it is truncated later" in caplog.messages
+        assert files.holding(digests["first"])  # the old pages are still in the main file
+    finally:
+        reader.close()
+    caplog.clear()
+    forget = {"record_id": records["second"], "idempotency_key": "idempotency-key:forget-2", "reason_ref": "r:2"}
+    assert _confirmed(service, FORGET, forget)["projection_invalidation"] == "complete"
+    assert caplog.messages == []
+    assert files.holding(digests["first"] | digests["second"]) == []
+    assert store.pragmas()["busy_timeout"] == 5000  # the scrub's own timeout of 0 was restored

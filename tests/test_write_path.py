@@ -842,6 +842,24 @@ def test_a_forget_that_loses_a_race_to_its_own_key_destroys_the_key_before_answe
     assert store.raw_partition(A.scope).doomed == set()
 
 
+def test_a_forget_whose_key_outlives_it_is_logged_and_a_retry_finishes_it(
+    store: InMemoryStore, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator can alert on a forget that committed but could not destroy its key (as on a deferred destruction)."""
+    vault = FlakyVault()
+    harness = Harness(MemoryService(store=store, vault=vault, policy=ACCEPT, clock=clock), clock)
+    _, record_id = harness.accepted(A, make_key("logged-forget"))
+    body_key = store.raw_partition(A.scope).records[record_id].sealed
+    assert body_key is not None
+    vault.failures = 1
+    with caplog.at_level("ERROR", logger="engram_memory"):
+        fail(harness.forget(A, record_id, make_key("logged-forget-f")), ErrorCode.MUTATION_OUTCOME_UNKNOWN)
+    assert caplog.messages == ["forget committed but its key is not destroyed; a retry of the forget destroys it"]
+    assert vault.holds(body_key.key_ref)
+    assert ok(harness.forget(A, record_id, make_key("logged-forget-f")))["replayed"] is True
+    assert not vault.holds(body_key.key_ref)
+
+
 def test_a_withdraw_that_loses_a_race_to_its_own_key_answers_the_winner_replayed(
     harness: Harness, store: InMemoryStore, vault: FlakyVault, clock: ManualClock
 ) -> None:

@@ -1,6 +1,6 @@
 """Serve a :class:`~engram_memory.MemoryService` as an MCP server (official Python SDK, v2).
 
-Needs the ``mcp`` extra (``engram-memory[mcp]``, ``mcp>=2,<3``); the core never imports this
+Needs the ``mcp`` extra (``engram-memory-core[mcp]``, ``mcp>=2,<3``); the core never imports this
 module. It is deliberately thin: the tool descriptors, the argument validation and the envelope
 all come from the core as plain dicts, and this module only wraps them in SDK types.
 

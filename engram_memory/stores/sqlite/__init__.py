@@ -17,7 +17,11 @@ are one range scan of small rows; and a per-scope ``index_stats`` row maintained
 Terms are never stored in clear: the postings key is a keyed BLAKE2b digest (16 bytes) of the term
 under a key derived from the store secret. A term is distinctive content, and a B-tree keeps copies
 of keys in its interior pages that ``secure_delete`` does not scrub when a row is deleted, so a
-plaintext term of a forgotten record could otherwise outlive ``forget``.
+plaintext term of a forgotten record could otherwise outlive ``forget``. The secret is in the same
+file, so the digests keep a term from being read, not from being confirmed by someone who holds
+the file and guesses it. A unit that removes a record from the index therefore also checkpoints
+and truncates the write-ahead log after its commit (see ``_scrub_wal``), so the old pages leave
+the log and the main file holds them zeroed.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 import secrets
 import sqlite3
@@ -62,6 +67,8 @@ from engram_memory.stores.sqlite._errors import (
 )
 from engram_memory.stores.sqlite._files import create_private
 from engram_memory.stores.sqlite._schema import STORE_SCHEMA, enter_wal, migrate, schema_version
+
+_log = logging.getLogger("engram_memory")
 
 __all__ = ["MigrationLedgerError", "SQLiteStore", "SchemaVersionError"]
 
@@ -429,6 +436,8 @@ class _Unit(_View):
     """A unit of work: one ``BEGIN IMMEDIATE`` transaction on one scope."""
 
     created_scope: bool = False
+    erased_index: bool = False
+    """Whether the unit removed a record from the index (its old pages must leave the WAL)."""
 
     def _sid_for_write(self) -> int:
         sid = self._sid()
@@ -552,6 +561,7 @@ class _Unit(_View):
     def unindex(self, record_id: str) -> None:
         """Remove every trace of a record from the scope's lexical index (no-op if absent)."""
         self._unindex(record_id)
+        self.erased_index = True
 
     def _unindex(self, record_id: str) -> None:
         sid = self._sid()
@@ -806,6 +816,8 @@ class SQLiteStore:
                 self._commit(conn)
                 if unit.created_scope and unit._scope_id is not None:  # noqa: SLF001
                     self._scope_ids[scope] = unit._scope_id  # noqa: SLF001
+                if unit.erased_index:
+                    self._scrub_wal(conn)
             except BaseException:
                 healthy = healthy and not conn.in_transaction
                 raise
@@ -813,6 +825,26 @@ class SQLiteStore:
                 self._release(conn, healthy)
         finally:
             self._writer_lock.release()
+
+    def _scrub_wal(self, conn: sqlite3.Connection) -> None:
+        """Checkpoint and truncate the write-ahead log after a commit that erased index entries.
+
+        The WAL keeps the page images from before the erasure (postings under the record's keyed
+        term digests) until it is overwritten; truncating it leaves the pages only in the main file,
+        where ``secure_delete`` has zeroed them. Best effort and never blocking: a reader or another
+        process's writer still using the WAL makes it a no-op, logged, and the next erasure,
+        :meth:`compact` or the last connection's close truncates it.
+        """
+        try:
+            conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+        except sqlite3.Error:
+            busy = 1
+        if busy:
+            _log.warning("write-ahead log in use after an erasure; it is truncated later")
 
     @staticmethod
     def _commit(conn: sqlite3.Connection) -> None:
@@ -861,9 +893,10 @@ class SQLiteStore:
 
         ``secure_delete`` zeroes deleted rows, but a B-tree keeps copies of some keys in its
         interior pages after the rows are gone, and the WAL keeps old page images until it is
-        overwritten. For this store those remnants are ids, digests, keyed term digests and sealed
-        ciphertexts whose keys are destroyed, never plaintext; ``compact`` removes them too (for
-        example after a scope is erased). It takes the write lock for the whole rebuild.
+        overwritten. For this store those remnants are ids, digests, keyed term digests (which
+        whoever holds the file can test against guessed words) and sealed ciphertexts whose keys
+        are destroyed, never plaintext; ``compact`` removes them too (for example after a scope
+        is erased). It takes the write lock for the whole rebuild.
 
         Raises:
             StoreUnavailableError: the lock was not obtained, or a reader kept the WAL in use (the
