@@ -817,7 +817,7 @@ class SQLiteStore:
                 if unit.created_scope and unit._scope_id is not None:  # noqa: SLF001
                     self._scope_ids[scope] = unit._scope_id  # noqa: SLF001
                 if unit.erased_index:
-                    self._scrub_wal(conn)
+                    healthy = self._scrub_wal(conn)
             except BaseException:
                 healthy = healthy and not conn.in_transaction
                 raise
@@ -826,25 +826,28 @@ class SQLiteStore:
         finally:
             self._writer_lock.release()
 
-    def _scrub_wal(self, conn: sqlite3.Connection) -> None:
+    def _scrub_wal(self, conn: sqlite3.Connection) -> bool:
         """Checkpoint and truncate the write-ahead log after a commit that erased index entries.
 
         The WAL keeps the page images from before the erasure (postings under the record's keyed
         term digests) until it is overwritten; truncating it leaves the pages only in the main file,
         where ``secure_delete`` has zeroed them. Best effort and never blocking: a reader or another
         process's writer still using the WAL makes it a no-op, logged, and the next erasure,
-        :meth:`compact` or the last connection's close truncates it.
+        :meth:`compact` or the last connection's close truncates it. Returns whether ``conn`` may
+        go back to the pool (its busy timeout restored).
         """
         try:
             conn.execute("PRAGMA busy_timeout = 0")
-            try:
-                busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-            finally:
-                conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
         except sqlite3.Error:
             busy = 1
         if busy:
             _log.warning("write-ahead log in use after an erasure; it is truncated later")
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+        except sqlite3.Error:
+            return False
+        return True
 
     @staticmethod
     def _commit(conn: sqlite3.Connection) -> None:
