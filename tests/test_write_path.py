@@ -818,15 +818,23 @@ def test_a_withdraw_that_loses_a_race_answers_already_terminal(
     fail(envelope, ErrorCode.ALREADY_TERMINAL, retriable=False)
 
 
+def _record_on_a_flaky_vault(
+    store: InMemoryStore, clock: ManualClock, label: str
+) -> tuple[Harness, FlakyVault, str, SealedEnvelope]:
+    """A service over ``store`` and a :class:`FlakyVault`, one admitted record, and its body's envelope."""
+    vault = FlakyVault()
+    harness = Harness(MemoryService(store=store, vault=vault, policy=ACCEPT, clock=clock), clock)
+    _, record_id = harness.accepted(A, make_key(label))
+    body_key = store.raw_partition(A.scope).records[record_id].sealed
+    assert body_key is not None
+    return harness, vault, record_id, body_key
+
+
 def test_a_forget_that_loses_a_race_to_its_own_key_destroys_the_key_before_answering(
     store: InMemoryStore, clock: ManualClock
 ) -> None:
     """A forget replayed inside its unit (the same key committed meanwhile) answers only once the key is gone."""
-    vault = FlakyVault()
-    harness = Harness(MemoryService(store=store, vault=vault, policy=ACCEPT, clock=clock), clock)
-    _, record_id = harness.accepted(A, make_key("race-forget"))
-    body_key = store.raw_partition(A.scope).records[record_id].sealed
-    assert body_key is not None
+    harness, vault, record_id, body_key = _record_on_a_flaky_vault(store, clock, "race-forget")
     key = make_key("race-forget-f")
 
     def competitor() -> None:  # the same forget commits first, but its vault call fails
@@ -846,11 +854,7 @@ def test_a_forget_whose_key_outlives_it_is_logged_and_a_retry_finishes_it(
     store: InMemoryStore, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An operator can alert on a forget that committed but could not destroy its key (as on a deferred destruction)."""
-    vault = FlakyVault()
-    harness = Harness(MemoryService(store=store, vault=vault, policy=ACCEPT, clock=clock), clock)
-    _, record_id = harness.accepted(A, make_key("logged-forget"))
-    body_key = store.raw_partition(A.scope).records[record_id].sealed
-    assert body_key is not None
+    harness, vault, record_id, body_key = _record_on_a_flaky_vault(store, clock, "logged-forget")
     vault.failures = 1
     with caplog.at_level("ERROR", logger="engram_memory"):
         fail(harness.forget(A, record_id, make_key("logged-forget-f")), ErrorCode.MUTATION_OUTCOME_UNKNOWN)
