@@ -13,6 +13,8 @@ from engram_memory.service import MemoryService
 __all__ = ["MemoryAdmin"]
 
 _MAINTENANCE = "host:maintenance"
+_VERIFY_PASSES = 3
+"""Snapshots a ``BLOB_MISSING`` report of :meth:`MemoryAdmin.verify_scope` must persist across."""
 
 
 class MemoryAdmin:
@@ -72,9 +74,19 @@ class MemoryAdmin:
         return self.verify_scope(scope)
 
     def verify_scope(self, scope: str) -> VerifyReport:
-        """:meth:`verify` for a scope key (as listed by ``store.scopes()``)."""
-        with self._service.store.read(scope) as reader:
-            return verify_scope(reader, self._service.vault, scope)
+        """:meth:`verify` for a scope key (as listed by ``store.scopes()``).
+
+        The store is read from one snapshot but keys are opened in the live vault, so a key that
+        an erasure destroyed after the snapshot looks missing: a ``BLOB_MISSING`` report is
+        confirmed on a fresh snapshot (up to three passes) before it is returned.
+        """
+        passes = 0
+        while True:
+            passes += 1
+            with self._service.store.read(scope) as reader:
+                report = verify_scope(reader, self._service.vault, scope)
+            if report.code is not ErrorCode.BLOB_MISSING or passes == _VERIFY_PASSES:
+                return report
 
     def state_digest(self, *, tenant_id: str, workspace_id: str) -> str:
         """Digest of the scope's folded state (equal across backends for the same trace)."""

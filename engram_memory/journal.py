@@ -95,6 +95,10 @@ def verify_scope(reader: StoreReader, vault: KeyVault, scope: str) -> VerifyRepo
     occurrence key); an indexed record that is not current. Index statistics that differ from the
     indexed documents are reported at the high water. The cost is one pass over each of the
     scope's events, rows and indexed ids, plus at most one read of its postings.
+
+    Keys are opened in the live ``vault``: one destroyed by an erasure that committed after
+    ``reader``'s snapshot reads as ``BLOB_MISSING`` (:meth:`engram_memory.MemoryAdmin.verify_scope`
+    confirms such a report on a fresh snapshot).
     """
     high_water = reader.high_water()
     previous = ZERO_DIGEST

@@ -422,11 +422,26 @@ class WritePath:
         return from_json(RequestAdmissionResult, {**committed, "replayed": replayed})
 
     def _open_candidate(self, scope: str, row: CandidateRow) -> dict[str, Any]:
+        """The opened envelope of a pending candidate.
+
+        Raises:
+            EngramError: ``BLOB_MISSING`` (no envelope, or its key is gone while the candidate
+                is still pending), ``JOURNAL_CORRUPT`` (the envelope does not authenticate), or,
+                when the key vanished because a racing call ended or admitted the candidate, what
+                that call left: ``ALREADY_TERMINAL`` / ``NOT_FOUND``, or ``STORE_UNAVAILABLE``
+                (retriable: a retry answers ``duplicate_exact``).
+        """
         if row.sealed is None:
             raise EngramError(ErrorCode.BLOB_MISSING, detail="pending candidate has no envelope")
         try:
             plaintext = self._vault.open(row.sealed, candidate_context(scope, row.candidate_id))
         except KeyUnavailableError as exc:
+            # Look again under the scope's write lock, so that a withdraw that destroyed the key in
+            # its unit has committed (or rolled back) by now.
+            now = self._guard.commit(scope, lambda unit: unit.candidate(row.candidate_id))
+            if now is None or now.state != row.state or now.sealed != row.sealed:
+                check_admissible(now)
+                raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="candidate admitted meanwhile") from exc
             raise EngramError(ErrorCode.BLOB_MISSING, detail="candidate key unavailable") from exc
         except SealIntegrityError as exc:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="candidate envelope altered") from exc
