@@ -291,32 +291,35 @@ class WritePath:
     ) -> RequestAdmissionResult:
         """Decide a candidate through the policy (``decide=None``) or a host adjudication."""
         scope = binding.scope
-        with self._guard.read(scope) as reader:
-            try:
-                row = check_admissible(reader.candidate(candidate_id))
-            except EngramError:
-                # the same key may have won a race since our first lookup: then this is its replay
-                won = reader.idempotency(binding.principal, key) if key is not None else None
-                replay = self._guard.check_replay(won, intent) if intent is not None else None
-                if replay is not None:
-                    return from_json(RequestAdmissionResult, {**replay, "replayed": True})
-                raise
-            if row.state == "admitted":
-                return self._duplicate_admission(binding, row, key, intent)
-            opened = self._open_candidate(scope, row)
-            completed = opened["payload"]
-            payload_digest = digest(Domain.PAYLOAD, completed)
-            record = build_record(
-                completed=completed,
-                payload_digest=payload_digest,
-                recorded_at=opened["recorded_at"],
-                recorded_cursor=opened["recorded_cursor"],
-                authorization_receipt_digest=opened["authorization_receipt_digest"],
-                trust=opened["trust"],
-            )
-            if record["record_digest"] != row.record_digest:
-                raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="candidate does not re-derive")
-            forgotten = reader.is_tombstoned_payload(payload_digest)
+        try:
+            with self._guard.read(scope) as reader:
+                try:
+                    row = check_admissible(reader.candidate(candidate_id))
+                except EngramError:
+                    # the same key may have won a race since our first lookup: then this is its replay
+                    won = reader.idempotency(binding.principal, key) if key is not None else None
+                    replay = self._guard.check_replay(won, intent) if intent is not None else None
+                    if replay is not None:
+                        return from_json(RequestAdmissionResult, {**replay, "replayed": True})
+                    raise
+                if row.state == "admitted":
+                    return self._duplicate_admission(binding, row, key, intent)
+                opened = self._open_candidate(scope, row)
+                completed = opened["payload"]
+                payload_digest = digest(Domain.PAYLOAD, completed)
+                record = build_record(
+                    completed=completed,
+                    payload_digest=payload_digest,
+                    recorded_at=opened["recorded_at"],
+                    recorded_cursor=opened["recorded_cursor"],
+                    authorization_receipt_digest=opened["authorization_receipt_digest"],
+                    trust=opened["trust"],
+                )
+                if record["record_digest"] != row.record_digest:
+                    raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="candidate does not re-derive")
+                forgotten = reader.is_tombstoned_payload(payload_digest)
+        except _KeyVanishedError as vanished:
+            raise self._vanished_key_error(scope, vanished.row) from vanished.__cause__
         policy_changed = row.policy_id != self._policy.policy_id or row.policy_version != self._policy.policy_version
         if decide is None and policy_changed:
             raise EngramError(ErrorCode.POLICY_STALE, detail="candidate captured under another policy")
@@ -425,28 +428,38 @@ class WritePath:
         """The opened envelope of a pending candidate.
 
         Raises:
-            EngramError: ``BLOB_MISSING`` (no envelope, or its key is gone while the candidate
-                is still pending), ``JOURNAL_CORRUPT`` (the envelope does not authenticate), or,
-                when the key vanished because a racing call ended or admitted the candidate, what
-                that call left: ``ALREADY_TERMINAL`` / ``NOT_FOUND``, or ``STORE_UNAVAILABLE``
-                (retriable: a retry answers ``duplicate_exact``).
+            EngramError: ``BLOB_MISSING`` (no envelope) or ``JOURNAL_CORRUPT`` (the envelope does
+                not authenticate).
+            _KeyVanishedError: the key is gone (see :meth:`_vanished_key_error`).
         """
         if row.sealed is None:
             raise EngramError(ErrorCode.BLOB_MISSING, detail="pending candidate has no envelope")
         try:
             plaintext = self._vault.open(row.sealed, candidate_context(scope, row.candidate_id))
         except KeyUnavailableError as exc:
-            # Look again under the scope's write lock, so that a withdraw that destroyed the key in
-            # its unit has committed (or rolled back) by now.
-            now = self._guard.commit(scope, lambda unit: unit.candidate(row.candidate_id))
-            if now is None or now.state != row.state or now.sealed != row.sealed:
-                check_admissible(now)
-                raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="candidate admitted meanwhile") from exc
-            raise EngramError(ErrorCode.BLOB_MISSING, detail="candidate key unavailable") from exc
+            raise _KeyVanishedError(row) from exc
         except SealIntegrityError as exc:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="candidate envelope altered") from exc
         opened: dict[str, Any] = json.loads(plaintext)
         return opened
+
+    def _vanished_key_error(self, scope: str, row: CandidateRow) -> EngramError:
+        """Why a pending candidate's key was gone, looked up again under the scope's write lock.
+
+        The lock lets a withdraw that destroyed the key inside its unit commit (or roll back)
+        first. What a racing call left is answered as it would be now: ``ALREADY_TERMINAL`` or
+        ``NOT_FOUND``, or ``STORE_UNAVAILABLE`` (retriable: a retry answers ``duplicate_exact``)
+        when the candidate was admitted meanwhile. Still pending with the same envelope, the key
+        is lost: ``BLOB_MISSING``.
+        """
+        now = self._guard.commit(scope, lambda unit: unit.candidate(row.candidate_id))
+        if now is not None and now.state == row.state and now.sealed == row.sealed:
+            return EngramError(ErrorCode.BLOB_MISSING, detail="candidate key unavailable")
+        try:
+            check_admissible(now)
+        except EngramError as refusal:
+            return refusal
+        return EngramError(ErrorCode.STORE_UNAVAILABLE, detail="candidate admitted meanwhile")
 
     def _decision(
         self,
@@ -691,6 +704,14 @@ class WritePath:
             raise EngramError(
                 ErrorCode.MUTATION_OUTCOME_UNKNOWN, detail="forget committed; its key is not destroyed yet"
             ) from exc
+
+
+class _KeyVanishedError(Exception):
+    """A pending candidate's key was not in the vault (a racing erasure, or a lost key)."""
+
+    def __init__(self, row: CandidateRow) -> None:
+        super().__init__("candidate key unavailable")
+        self.row = row
 
 
 class _ForgottenMeanwhileError(Exception):

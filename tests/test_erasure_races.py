@@ -63,6 +63,26 @@ def test_an_admission_whose_candidate_is_withdrawn_meanwhile_is_already_terminal
     fail(harness.admit(A, candidate_id, make_key("raced-admit")), ErrorCode.ALREADY_TERMINAL, retriable=False)
 
 
+def test_an_admission_whose_candidate_is_admitted_meanwhile_is_retriable_then_a_duplicate() -> None:
+    """Another admission accepts the candidate (and its key is reaped) while this one is deciding."""
+    clock = ManualClock()
+    vault = _VaultRunningFirst(InMemoryKeyVault())
+    service = MemoryService(store=InMemoryStore(), vault=vault, policy=DefaultPolicy(admission="accept"), clock=clock)
+    harness = Harness(service, clock)
+    candidate_id = harness.pending(A, make_key("admitted-twice"))
+
+    def other_admission() -> None:
+        won = ok(harness.admit(A, candidate_id, make_key("admitted-first")))
+        assert won["outcome"]["status"] == "accepted"
+        assert MemoryAdmin(service).reap_keys() == 1  # the candidate's key is gone now
+
+    vault.before = other_admission
+    fail(harness.admit(A, candidate_id, make_key("admitted-second")), ErrorCode.STORE_UNAVAILABLE, retriable=True)
+    assert vault.ran
+    retried = ok(harness.admit(A, candidate_id, make_key("admitted-second")))
+    assert retried["outcome"]["status"] == "duplicate_exact"
+
+
 def test_an_admission_whose_key_is_lost_while_still_pending_is_blob_missing() -> None:
     """Without a racing call, a pending candidate whose key is gone stays the operator's problem."""
     clock = ManualClock()
