@@ -7,14 +7,13 @@ from typing import Literal
 from engram_memory.context import HostBinding
 from engram_memory.errors import EngramError, ErrorCode
 from engram_memory.journal import VerifyReport, state_digest, verify_scope
+from engram_memory.ports import SealedEnvelope
 from engram_memory.results import RequestAdmissionResult
 from engram_memory.service import MemoryService
 
 __all__ = ["MemoryAdmin"]
 
 _MAINTENANCE = "host:maintenance"
-_VERIFY_PASSES = 3
-"""Snapshots a ``BLOB_MISSING`` report of :meth:`MemoryAdmin.verify_scope` must persist across."""
 
 
 class MemoryAdmin:
@@ -77,16 +76,18 @@ class MemoryAdmin:
         """:meth:`verify` for a scope key (as listed by ``store.scopes()``).
 
         The store is read from one snapshot but keys are opened in the live vault, so a key that
-        an erasure destroyed after the snapshot looks missing: a ``BLOB_MISSING`` report is
-        confirmed on a fresh snapshot (up to three passes) before it is returned.
+        an erasure destroyed after the snapshot looks missing: such a key is checked against a
+        fresh view, and a row that no longer holds it is not reported.
         """
-        passes = 0
-        while True:
-            passes += 1
-            with self._service.store.read(scope) as reader:
-                report = verify_scope(reader, self._service.vault, scope)
-            if report.code is not ErrorCode.BLOB_MISSING or passes == _VERIFY_PASSES:
-                return report
+        store = self._service.store
+
+        def erased_meanwhile(item: Literal["candidate", "record"], item_id: str, sealed: SealedEnvelope) -> bool:
+            with store.read(scope) as fresh:
+                row = fresh.candidate(item_id) if item == "candidate" else fresh.record(item_id)
+            return row is None or row.sealed != sealed
+
+        with store.read(scope) as reader:
+            return verify_scope(reader, self._service.vault, scope, erased_meanwhile=erased_meanwhile)
 
     def state_digest(self, *, tenant_id: str, workspace_id: str) -> str:
         """Digest of the scope's folded state (equal across backends for the same trace)."""

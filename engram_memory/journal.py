@@ -8,7 +8,8 @@ after erasure. Cursors are dense from 1 per scope; ``previous_event_digest`` of 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 import attrs
 
@@ -79,7 +80,13 @@ def _fail(code: ErrorCode, cursor: int, high_water: int, detail: str) -> VerifyR
     return VerifyReport(ok=False, high_water=high_water, code=code, cursor=cursor, detail=detail)
 
 
-def verify_scope(reader: StoreReader, vault: KeyVault, scope: str) -> VerifyReport:
+ErasedMeanwhile = Callable[[Literal["candidate", "record"], str, SealedEnvelope], bool]
+"""``(item, id, sealed) -> bool``: whether a fresh view shows the row no longer holding ``sealed``."""
+
+
+def verify_scope(
+    reader: StoreReader, vault: KeyVault, scope: str, *, erased_meanwhile: ErasedMeanwhile | None = None
+) -> VerifyReport:
     """Re-derive the chain and the folded state of a scope and compare them with the stored state.
 
     Reports ``CURSOR_GAP`` (a missing or repeated cursor), ``JOURNAL_CORRUPT`` (a body that does
@@ -97,8 +104,9 @@ def verify_scope(reader: StoreReader, vault: KeyVault, scope: str) -> VerifyRepo
     scope's events, rows and indexed ids, plus at most one read of its postings.
 
     Keys are opened in the live ``vault``: one destroyed by an erasure that committed after
-    ``reader``'s snapshot reads as ``BLOB_MISSING`` (:meth:`engram_memory.MemoryAdmin.verify_scope`
-    confirms such a report on a fresh snapshot).
+    ``reader``'s snapshot would read as ``BLOB_MISSING``. ``erased_meanwhile`` tells such a key
+    apart (:meth:`engram_memory.MemoryAdmin.verify_scope` passes a fresh view of the store): the
+    body of a row it returns true for is not checked.
     """
     high_water = reader.high_water()
     previous = ZERO_DIGEST
@@ -132,18 +140,18 @@ def verify_scope(reader: StoreReader, vault: KeyVault, scope: str) -> VerifyRepo
             records[body["record_id"]] = ("tombstoned", event.cursor, record_digest)
         previous = event.event_digest
         expected += 1
-    return _check_state(reader, vault, scope, candidates, records, high_water)
+    opener = _Opener(vault, scope, erased_meanwhile)
+    return _check_state(reader, opener, candidates, records, high_water)
 
 
-def _check_state(  # noqa: PLR0917 - the fold of verify_scope, private helper
+def _check_state(
     reader: StoreReader,
-    vault: KeyVault,
-    scope: str,
+    opener: _Opener,
     candidates: dict[str, tuple[str, int]],
     records: dict[str, tuple[str, int, str]],
     high_water: int,
 ) -> VerifyReport:
-    problems = _check_candidates(reader, vault, scope, candidates, high_water)
+    problems = _check_candidates(reader, opener, candidates, high_water)
     index = _IndexCheck(reader)
     stored_records = {row.record_id: row for row in reader.records()}
     for rid, (state, cursor, record_digest) in records.items():
@@ -151,7 +159,7 @@ def _check_state(  # noqa: PLR0917 - the fold of verify_scope, private helper
         if record_row is None or record_row.state != state or record_row.record_digest != record_digest:
             problems.append((cursor, ErrorCode.JOURNAL_CORRUPT, "record state differs from the fold"))
             continue
-        problem = _check_record(reader, vault, scope, record_row, cursor, index)
+        problem = _check_record(reader, opener, record_row, cursor, index)
         if problem is not None:
             problems.append((cursor, *problem))
     if stored_records:
@@ -164,7 +172,7 @@ def _check_state(  # noqa: PLR0917 - the fold of verify_scope, private helper
 
 
 def _check_candidates(
-    reader: StoreReader, vault: KeyVault, scope: str, candidates: dict[str, tuple[str, int]], high_water: int
+    reader: StoreReader, opener: _Opener, candidates: dict[str, tuple[str, int]], high_water: int
 ) -> list[_Problem]:
     """Candidate rows against the fold; a pending one's sealed body must open."""
     stored_candidates = {row.candidate_id: row for row in reader.candidates()}
@@ -174,7 +182,7 @@ def _check_candidates(
         if row is None or row.state != state:
             problems.append((cursor, ErrorCode.JOURNAL_CORRUPT, "candidate state differs from the fold"))
         elif state == "pending":
-            opened = _open_sealed(vault, row.sealed, candidate_context(scope, cid))
+            opened = opener.open("candidate", cid, row.sealed)
             if isinstance(opened, tuple):
                 problems.append((cursor, *opened))
     if stored_candidates:
@@ -182,8 +190,8 @@ def _check_candidates(
     return problems
 
 
-def _check_record(  # noqa: PLR0917 - private helper of _check_state
-    reader: StoreReader, vault: KeyVault, scope: str, row: RecordRow, cursor: int, index: _IndexCheck
+def _check_record(
+    reader: StoreReader, opener: _Opener, row: RecordRow, cursor: int, index: _IndexCheck
 ) -> tuple[ErrorCode, str] | None:
     """A record row whose state the fold confirmed, against what the fold and its body derive.
 
@@ -199,8 +207,8 @@ def _check_record(  # noqa: PLR0917 - private helper of _check_state
         return None if tombstoned else (ErrorCode.JOURNAL_CORRUPT, "tombstoned payload is not in the tombstones")
     if row.accepted_cursor != cursor:
         return ErrorCode.JOURNAL_CORRUPT, "record accept cursor differs from the fold"
-    opened = _open_sealed(vault, row.sealed, record_context(scope, row.record_id))
-    if isinstance(opened, tuple):
+    opened = opener.open("record", row.record_id, row.sealed)
+    if opened is None or isinstance(opened, tuple):
         return opened
     record = _rederived(opened, row)
     if isinstance(record, str):
@@ -290,13 +298,30 @@ class _IndexCheck:
         return problems
 
 
-def _open_sealed(vault: KeyVault, sealed: SealedEnvelope | None, context: str) -> bytes | tuple[ErrorCode, str]:
-    """The plaintext of a sealed body, or the problem that keeps it closed."""
-    if sealed is None:
-        return ErrorCode.BLOB_MISSING, "sealed body is missing"
-    try:
-        return vault.open(sealed, context)
-    except KeyUnavailableError:
-        return ErrorCode.BLOB_MISSING, "data key is missing"
-    except SealIntegrityError:
-        return ErrorCode.JOURNAL_CORRUPT, "sealed body does not authenticate"
+@attrs.frozen
+class _Opener:
+    """Opens the scope's sealed bodies in the vault, telling a key erased meanwhile from a lost one."""
+
+    vault: KeyVault
+    scope: str
+    erased_meanwhile: ErasedMeanwhile | None
+
+    def open(
+        self, item: Literal["candidate", "record"], item_id: str, sealed: SealedEnvelope | None
+    ) -> bytes | tuple[ErrorCode, str] | None:
+        """The plaintext of a sealed body, the problem that keeps it closed, or ``None``.
+
+        ``None``: the key was destroyed by an erasure that committed after the snapshot, so there
+        is nothing to check.
+        """
+        if sealed is None:
+            return ErrorCode.BLOB_MISSING, "sealed body is missing"
+        context = candidate_context if item == "candidate" else record_context
+        try:
+            return self.vault.open(sealed, context(self.scope, item_id))
+        except KeyUnavailableError:
+            if self.erased_meanwhile is not None and self.erased_meanwhile(item, item_id, sealed):
+                return None
+            return ErrorCode.BLOB_MISSING, "data key is missing"
+        except SealIntegrityError:
+            return ErrorCode.JOURNAL_CORRUPT, "sealed body does not authenticate"

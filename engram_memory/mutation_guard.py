@@ -404,13 +404,3 @@ class MutationGuard:
         if failed:
             raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=f"{failed} doomed keys not destroyed, {reaped} were")
         return reaped
-
-    def destroy_in_unit(self, unit: UnitOfWork, key_ref: str) -> None:
-        """Destroy ``key_ref`` and every key the scope has doomed so far in one vault call.
-
-        The doomed keys' rows are cleared in ``unit``. Raises whatever the vault raises.
-        """
-        doomed = unit.doomed_keys()
-        self._vault.destroy(key_ref, *doomed)
-        for doomed_ref in doomed:
-            unit.clear_doomed_key(doomed_ref)

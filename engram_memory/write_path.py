@@ -4,12 +4,11 @@ Each runs: idempotency lookup (a replay returns the original response) → confi
 lifecycle checks (refusals write nothing) → one unit of work that appends the journal event,
 updates state and indexes, binds the idempotency key and consumes the confirmation.
 
-Keys: withdraw destroys its key inside the unit, together with every key the scope has doomed so
-far, after the last checks that could refuse it (deadline, confirmation), so no refusal follows a
-destruction. forget dooms the record's key in its unit and destroys it (and the scope's other
-doomed keys) right after commit, answering only once they are gone; a vault failure or a crash in
-between leaves the record erased from every index and unreadable, its key doomed (the answer is
-``MUTATION_OUTCOME_UNKNOWN``: a retry replays the forget once the key is destroyed). reject
+Keys: withdraw and forget doom the candidate's or record's key in their unit and destroy it (and
+the scope's other doomed keys) right after commit, answering only once they are gone; a vault
+failure or a crash in between leaves the candidate withdrawn, or the record erased from every
+index, and unreadable, its key doomed (the answer is ``MUTATION_OUTCOME_UNKNOWN``: a retry replays
+the call once the key is destroyed, and ``MemoryAdmin.reap_keys`` destroys it too). reject
 destroys the candidate key (and the doomed ones) right after commit. Accept dooms the candidate key
 in its unit (the candidate's envelope is deleted there; its content lives on in the record, sealed
 under the record's own key) and destroys doomed keys in batches of :data:`DESTROY_BATCH`, so a key
@@ -27,7 +26,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from engram_memory.canonical import (
     Domain,
@@ -444,15 +443,16 @@ class WritePath:
         return opened
 
     def _vanished_key_error(self, scope: str, row: CandidateRow) -> EngramError:
-        """Why a pending candidate's key was gone, looked up again under the scope's write lock.
+        """Why a pending candidate's key was gone, looked up again in a fresh view.
 
-        The lock lets a withdraw that destroyed the key inside its unit commit (or roll back)
-        first. What a racing call left is answered as it would be now: ``ALREADY_TERMINAL`` or
+        A key is only ever destroyed after the unit that dooms it has committed, so a fresh view
+        shows what a racing call left, answered as it would be now: ``ALREADY_TERMINAL`` or
         ``NOT_FOUND``, or ``STORE_UNAVAILABLE`` (retriable: a retry answers ``duplicate_exact``)
         when the candidate was admitted meanwhile. Still pending with the same envelope, the key
         is lost: ``BLOB_MISSING``.
         """
-        now = self._guard.commit(scope, lambda unit: unit.candidate(row.candidate_id))
+        with self._guard.read(scope) as fresh:
+            now = fresh.candidate(row.candidate_id)
         if now is not None and now.state == row.state and now.sealed == row.sealed:
             return EngramError(ErrorCode.BLOB_MISSING, detail="candidate key unavailable")
         try:
@@ -512,16 +512,26 @@ class WritePath:
     # ------------------------------------------------------------------ withdraw
 
     def withdraw(self, binding: HostBinding, args: WithdrawArgs) -> WithdrawResult:
-        """End a pending candidate and destroy its key (confirmation-gated)."""
+        """End a pending candidate and destroy its key (confirmation-gated).
+
+        The key is doomed in the unit and destroyed right after commit, with every other doomed
+        key of the scope, as forget does: a withdraw answers only once they are gone
+        (``MUTATION_OUTCOME_UNKNOWN`` until then; a retry with the same key finishes it).
+        ``key_destruction`` is ``"complete"``, or ``"pending"`` for a vault that only schedules
+        destruction.
+        """
         now = self._guard.now(binding)
         replay, confirmation = self._guard.replay_or_gate(WITHDRAW, args, binding, now)
         if replay is not None:
+            self._finish_erasure(binding.scope)
             return from_json(WithdrawResult, {**replay, "replayed": True})
         intent = self._guard.intent(WITHDRAW, args)
         at = format_instant(now)
         authorization = self._guard.authorization(WITHDRAW, binding, args.candidate_id, now)
+        doomed: list[str] = []
 
-        def work(unit: UnitOfWork, attempt: Attempt) -> dict[str, Any]:
+        def work(unit: UnitOfWork, _attempt: Attempt) -> dict[str, Any]:
+            doomed.clear()
             current = check_withdrawable(unit.candidate(args.candidate_id))
             event, body = build_event(
                 unit,
@@ -545,8 +555,9 @@ class WritePath:
                     policy_version=current.policy_version,
                 )
             )
-            attempt.last_checks()  # a refusal must come before the key is gone, never after
-            destruction = self._destroy_in_unit(unit, current.sealed)
+            if current.sealed is not None:
+                unit.doom_key(current.sealed.key_ref)
+            doomed.extend(unit.doomed_keys())
             return WithdrawResult(
                 receipt=self._receipt(
                     operation="withdraw",
@@ -558,31 +569,17 @@ class WritePath:
                     at=at,
                 ),
                 replayed=False,
-                key_destruction=destruction,
+                key_destruction="pending"
+                if current.sealed is not None and not self._vault.destroys_synchronously
+                else "complete",
             ).to_json()
 
         value, replayed = self._guard.commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
-        return from_json(WithdrawResult, {**value, "replayed": True} if replayed else value)
-
-    def _destroy_in_unit(self, unit: UnitOfWork, sealed: SealedEnvelope | None) -> Literal["pending", "complete"]:
-        """Destroy a withdrawn candidate's key before the unit commits, so the answer can say so.
-
-        ``"complete"`` only when the vault destroyed it synchronously; a vault failure leaves the
-        key doomed (``MemoryAdmin.reap_keys`` retries) and the answer ``"pending"``. Should the
-        commit then fail (a crash, an I/O error), the candidate stays pending without a key: a retry
-        of the same withdraw completes it.
-        """
-        if sealed is None:
-            return "complete"
-        try:
-            self._guard.destroy_in_unit(unit, sealed.key_ref)
-        except Exception:  # noqa: BLE001 - the vault is foreign code; the key stays doomed
-            _log.exception("key destruction deferred; MemoryAdmin.reap_keys will retry")
-            unit.doom_key(sealed.key_ref)
-            return "pending"
-        if not self._vault.destroys_synchronously:
-            return "pending"
-        return "complete"
+        if replayed:
+            self._finish_erasure(binding.scope)
+            return from_json(WithdrawResult, {**value, "replayed": True})
+        self._finish_erasure(binding.scope, doomed)
+        return from_json(WithdrawResult, value)
 
     @staticmethod
     def _receipt(
@@ -684,15 +681,15 @@ class WritePath:
         return from_json(ForgetResult, value)
 
     def _finish_erasure(self, scope: str, doomed: Sequence[str] | None = None) -> None:
-        """Destroy the keys a committed forget doomed (default: every key the scope has doomed).
+        """Destroy the keys a committed withdraw or forget doomed (default: every doomed key of the scope).
 
-        A forget, fresh or replayed, answers only once they are gone.
+        A withdraw or forget, fresh or replayed, answers only once they are gone.
 
         Raises:
             EngramError: ``MUTATION_OUTCOME_UNKNOWN`` (retriable) while the vault cannot destroy
-                them: the forget has committed (the record is erased from the index and
-                unreadable) but its key is not gone yet; a retry with the same key and arguments
-                replays it once the key is destroyed.
+                them: the erasure has committed (the candidate is withdrawn, or the record is
+                erased from the index, and unreadable) but its key is not gone yet; a retry with
+                the same key and arguments replays it once the key is destroyed.
         """
         if doomed is None:
             with self._guard.read(scope) as reader:
@@ -700,9 +697,9 @@ class WritePath:
         try:
             self._guard.destroy_doomed(scope, doomed)
         except EngramError as exc:
-            _log.exception("forget committed but its key is not destroyed; a retry of the forget destroys it")
+            _log.exception("erasure committed but its key is not destroyed; a retry of the call destroys it")
             raise EngramError(
-                ErrorCode.MUTATION_OUTCOME_UNKNOWN, detail="forget committed; its key is not destroyed yet"
+                ErrorCode.MUTATION_OUTCOME_UNKNOWN, detail="erasure committed; its key is not destroyed yet"
             ) from exc
 
 

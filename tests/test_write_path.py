@@ -471,23 +471,29 @@ def test_pending_words_sit_only_in_the_ciphertext_until_admission(harness: Harne
 def test_a_key_destruction_reported_complete_is_complete(
     harness: Harness, store: InMemoryStore, vault: FlakyVault
 ) -> None:
-    """D6: ``key_destruction: "complete"`` only when the vault confirmed the destruction."""
+    """D6: ``key_destruction: "complete"`` only when the vault confirmed the destruction.
+
+    A withdraw whose vault fails after the commit answers ``MUTATION_OUTCOME_UNKNOWN`` (its key
+    doomed); the retry replays it once the key is gone, and only then says "complete".
+    """
     candidate_id = harness.pending(A, make_key("kms-down"))
     key_ref = _sealed(store, candidate_id).key_ref
     vault.failures = 1
+    fail(harness.withdraw(A, candidate_id, make_key("kms-down-w")), ErrorCode.MUTATION_OUTCOME_UNKNOWN, retriable=True)
+    assert store.raw_partition(A.scope).candidates[candidate_id].state == "withdrawn"
+    assert store.raw_partition(A.scope).doomed == {key_ref}
+    assert vault.holds(key_ref)
     value = ok(harness.withdraw(A, candidate_id, make_key("kms-down-w")))
-    assert value["key_destruction"] in {"complete", "pending"}
-    if value["key_destruction"] == "complete":
-        assert not vault.holds(key_ref), (
-            "withdraw answered key_destruction 'complete' but the vault still holds the key"
-        )
+    assert (value["replayed"], value["key_destruction"]) == (True, "complete")
+    assert not vault.holds(key_ref)
+    assert store.raw_partition(A.scope).doomed == set()
 
 
 def test_reap_keys_finishes_a_failed_destruction(harness: Harness, store: InMemoryStore, vault: FlakyVault) -> None:
     candidate_id = harness.pending(A, make_key("reap"))
     key_ref = _sealed(store, candidate_id).key_ref
     vault.failures = 1
-    ok(harness.withdraw(A, candidate_id, make_key("reap-w")))
+    fail(harness.withdraw(A, candidate_id, make_key("reap-w")), ErrorCode.MUTATION_OUTCOME_UNKNOWN, retriable=True)
     assert vault.holds(key_ref)
     assert store.raw_partition(A.scope).doomed == {key_ref}
     vault.failures = 1
@@ -858,7 +864,7 @@ def test_a_forget_whose_key_outlives_it_is_logged_and_a_retry_finishes_it(
     vault.failures = 1
     with caplog.at_level("ERROR", logger="engram_memory"):
         fail(harness.forget(A, record_id, make_key("logged-forget-f")), ErrorCode.MUTATION_OUTCOME_UNKNOWN)
-    assert caplog.messages == ["forget committed but its key is not destroyed; a retry of the forget destroys it"]
+    assert caplog.messages == ["erasure committed but its key is not destroyed; a retry of the call destroys it"]
     assert vault.holds(body_key.key_ref)
     assert ok(harness.forget(A, record_id, make_key("logged-forget-f")))["replayed"] is True
     assert not vault.holds(body_key.key_ref)

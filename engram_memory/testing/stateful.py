@@ -134,7 +134,7 @@ class _ScopeModel:
     """accepted candidates whose key still waits for its batch (DESTROY_BATCH)"""
 
     def keys_destroyed(self) -> None:
-        """A reject, withdraw or forget (or a replayed forget) destroyed every doomed key of the scope."""
+        """A reject, withdraw or forget (or a replayed withdraw or forget) destroyed every doomed key of the scope."""
         self.doomed = 0
 
 
@@ -194,7 +194,7 @@ def service_machine(make_backend: Callable[[], ServiceFactory]) -> type[RuleBase
                 return True
             if _intent(bound.tool, bound.arguments) == _intent(tool, arguments):
                 assert canonical_bytes(ok(envelope)) == _replayed(bound), envelope
-                if tool == FORGET:  # a replayed forget answers once no key waits in the scope
+                if tool in {WITHDRAW, FORGET}:  # a replayed erasure answers once no key waits in the scope
                     self.model[scope].keys_destroyed()
             else:
                 fail(envelope, ErrorCode.DIGEST_CONFLICT, retriable=False)
@@ -377,7 +377,7 @@ def service_machine(make_backend: Callable[[], ServiceFactory]) -> type[RuleBase
             envelope = self.call(scope, principal, bound.tool, bound.arguments)
             assert canonical_bytes(ok(envelope)) == _replayed(bound), envelope
             assert self.model[scope].high_water == before
-            if bound.tool == FORGET:  # a replayed forget answers once no key waits in the scope
+            if bound.tool in {WITHDRAW, FORGET}:  # a replayed erasure answers once no key waits in the scope
                 self.model[scope].keys_destroyed()
 
         @precondition(lambda self: bool(self.calls))
