@@ -50,13 +50,18 @@ class _VaultRunningFirst:
         self.inner.destroy(*key_refs)
 
 
-def test_an_admission_whose_candidate_is_withdrawn_meanwhile_is_already_terminal() -> None:
-    """The withdraw commits (and destroys the key) between the admission's read and its vault open."""
+def _pending_on_a_racing_vault(label: str) -> tuple[Harness, _VaultRunningFirst, str]:
+    """An accepting in-memory service over a :class:`_VaultRunningFirst`, and one pending candidate."""
     clock = ManualClock()
     vault = _VaultRunningFirst(InMemoryKeyVault())
     service = MemoryService(store=InMemoryStore(), vault=vault, policy=DefaultPolicy(admission="accept"), clock=clock)
     harness = Harness(service, clock)
-    candidate_id = harness.pending(A, make_key("raced"))
+    return harness, vault, harness.pending(A, make_key(label))
+
+
+def test_an_admission_whose_candidate_is_withdrawn_meanwhile_is_already_terminal() -> None:
+    """The withdraw commits (and destroys the key) between the admission's read and its vault open."""
+    harness, vault, candidate_id = _pending_on_a_racing_vault("raced")
     vault.before = lambda: ok(harness.withdraw(A, candidate_id, make_key("raced-withdraw")))
     fail(harness.admit(A, candidate_id, make_key("raced-admit")), ErrorCode.ALREADY_TERMINAL, retriable=False)
     assert vault.ran  # the race really ran
@@ -65,16 +70,12 @@ def test_an_admission_whose_candidate_is_withdrawn_meanwhile_is_already_terminal
 
 def test_an_admission_whose_candidate_is_admitted_meanwhile_is_retriable_then_a_duplicate() -> None:
     """Another admission accepts the candidate (and its key is reaped) while this one is deciding."""
-    clock = ManualClock()
-    vault = _VaultRunningFirst(InMemoryKeyVault())
-    service = MemoryService(store=InMemoryStore(), vault=vault, policy=DefaultPolicy(admission="accept"), clock=clock)
-    harness = Harness(service, clock)
-    candidate_id = harness.pending(A, make_key("admitted-twice"))
+    harness, vault, candidate_id = _pending_on_a_racing_vault("admitted-twice")
 
     def other_admission() -> None:
         won = ok(harness.admit(A, candidate_id, make_key("admitted-first")))
         assert won["outcome"]["status"] == "accepted"
-        assert MemoryAdmin(service).reap_keys() == 1  # the candidate's key is gone now
+        assert MemoryAdmin(harness.service).reap_keys() == 1  # the candidate's key is gone now
 
     vault.before = other_admission
     fail(harness.admit(A, candidate_id, make_key("admitted-second")), ErrorCode.STORE_UNAVAILABLE, retriable=True)
