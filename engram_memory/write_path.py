@@ -523,8 +523,7 @@ class WritePath:
         now = self._guard.now(binding)
         replay, confirmation = self._guard.replay_or_gate(WITHDRAW, args, binding, now)
         if replay is not None:
-            self._finish_erasure(binding.scope)
-            return from_json(WithdrawResult, {**replay, "replayed": True})
+            return from_json(WithdrawResult, self._erased(binding.scope, replay, replayed=True))
         intent = self._guard.intent(WITHDRAW, args)
         at = format_instant(now)
         authorization = self._guard.authorization(WITHDRAW, binding, args.candidate_id, now)
@@ -575,11 +574,7 @@ class WritePath:
             ).to_json()
 
         value, replayed = self._guard.commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
-        if replayed:
-            self._finish_erasure(binding.scope)
-            return from_json(WithdrawResult, {**value, "replayed": True})
-        self._finish_erasure(binding.scope, doomed)
-        return from_json(WithdrawResult, value)
+        return from_json(WithdrawResult, self._erased(binding.scope, value, replayed=replayed, doomed=doomed))
 
     @staticmethod
     def _receipt(
@@ -612,8 +607,7 @@ class WritePath:
         now = self._guard.now(binding)
         replay, confirmation = self._guard.replay_or_gate(FORGET, args, binding, now)
         if replay is not None:
-            self._finish_erasure(binding.scope)
-            return from_json(ForgetResult, {**replay, "replayed": True})
+            return from_json(ForgetResult, self._erased(binding.scope, replay, replayed=True))
         intent = self._guard.intent(FORGET, args)
         at = format_instant(now)
         authorization = self._guard.authorization(FORGET, binding, args.record_id, now)
@@ -674,11 +668,18 @@ class WritePath:
             ).to_json()
 
         value, replayed = self._guard.commit_mutation(binding, args.idempotency_key, intent, confirmation, work)
-        if replayed:
-            self._finish_erasure(binding.scope)
-            return from_json(ForgetResult, {**value, "replayed": True})
-        self._finish_erasure(binding.scope, doomed)
-        return from_json(ForgetResult, value)
+        return from_json(ForgetResult, self._erased(binding.scope, value, replayed=replayed, doomed=doomed))
+
+    def _erased(
+        self, scope: str, value: dict[str, Any], *, replayed: bool, doomed: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        """The answer of a committed withdraw or forget, once its keys are destroyed.
+
+        A fresh call destroys the keys its unit ``doomed``; a replay, every doomed key of the scope
+        (an earlier attempt may have left its own). Raises as :meth:`_finish_erasure`.
+        """
+        self._finish_erasure(scope, None if replayed else doomed)
+        return {**value, "replayed": True} if replayed else value
 
     def _finish_erasure(self, scope: str, doomed: Sequence[str] | None = None) -> None:
         """Destroy the keys a committed withdraw or forget doomed (default: every doomed key of the scope).
