@@ -27,6 +27,7 @@ __all__ = [
     "CandidateRow",
     "CaptureConstraints",
     "Clock",
+    "EligibleDocument",
     "IdempotencyRow",
     "IndexEntry",
     "IndexStats",
@@ -229,6 +230,18 @@ class IndexEntry(NamedTuple):
     expires_at_ms: int | None
 
 
+class EligibleDocument(NamedTuple):
+    """An indexed document whose record row is readable at a search's instants (:meth:`StoreReader.eligible_documents`).
+
+    ``document`` is the store's key (from :meth:`StoreReader.term_postings`); ``record_id`` and
+    ``valid_to`` are the row's, which the ranker needs to order hits and weigh their recency.
+    """
+
+    document: str
+    record_id: str
+    valid_to: int | None
+
+
 # --------------------------------------------------------------------------- Store
 
 
@@ -299,6 +312,18 @@ class StoreReader(Protocol):
         strings (from :meth:`term_postings`): another spelling of a key (padded, zero-led, signed)
         is unknown. The ranker calls this once per batch of hits, so a store answers it with one
         lookup per document, not one per key and table.
+        """
+        ...
+
+    def eligible_documents(self, documents: Sequence[str], *, valid_as_of: int, now_ms: int) -> list[EligibleDocument]:
+        """Those of these indexed documents whose record row is readable at ``valid_as_of`` and ``now_ms``.
+
+        Exactly the documents that :func:`~engram_memory.ranking.eligibility.eligible_entries`
+        keeps of :meth:`index_entries` of the same keys (the row is ``accepted_current``, its trust
+        is valid, it is valid at ``valid_as_of`` and its retention has not expired at ``now_ms``),
+        each once, in no specified order; unknown keys are absent as there. The ranker calls this
+        once per batch of hits, so a store may judge the rule where the rows are, in the same
+        lookup (the SQLite store does), instead of returning every entry for the caller to judge.
         """
         ...
 

@@ -4,6 +4,10 @@ A record is readable at the pinned instant ``valid_as_of`` (epoch ms) and the wa
 ``now_ms`` iff it is ``accepted_current``, its trust is valid, ``valid_from <= valid_as_of``, the
 closed interval has not ended (``valid_to`` absent or ``valid_as_of <= valid_to``) and its
 retention has not expired (``expires_at_ms`` absent or ``now_ms < expires_at_ms``).
+
+A store may state the same rule in its own query language to judge a search's hits where the rows
+are (:meth:`~engram_memory.ports.StoreReader.eligible_documents`; the SQLite store does); the store
+conformance kit checks that it keeps exactly what this rule keeps, instants on every boundary.
 """
 
 from __future__ import annotations
@@ -39,9 +43,9 @@ _Row = TypeVar("_Row", bound=_EligibilityInputs)
 def eligible_entries(entries: Iterable[tuple[_Key, _Row]], *, valid_as_of: int, now_ms: int) -> list[tuple[_Key, _Row]]:
     """The (key, row) pairs whose row is readable at ``valid_as_of`` and ``now_ms``, in order.
 
-    The full rule (state, trust, valid time, retention) in one comprehension, so a ranker judges
-    a batch of hits (hundreds per search) without a call per hit; :func:`row_is_eligible` is the
-    same rule for one row.
+    The full rule (state, trust, valid time, retention) in one comprehension, so a batch of hits
+    (hundreds per search) is judged without a call per hit; :func:`row_is_eligible` is the same
+    rule for one row.
     """
     return [
         (key, row)

@@ -13,10 +13,10 @@ the ranker holds only the postings of the query terms. (The reference engine com
 its eligible snapshot; with one scope and no ineligible records the two coincide.)
 
 Eligibility is judged per hit on its record row, which
-:meth:`~engram_memory.ports.StoreReader.index_entries` resolves with the document (``accepted_current``,
-trust valid, valid at ``valid_as_of``, retention not past at ``now_ms``), so a stale index entry can
-never surface. Hits are resolved in score order, in batches, until the lexical list is full. The
-ranker never writes.
+:meth:`~engram_memory.ports.StoreReader.eligible_documents` resolves with the document and judges
+(``accepted_current``, trust valid, valid at ``valid_as_of``, retention not past at ``now_ms``), so
+a stale index entry can never surface. Hits are resolved in score order, in batches, until the
+lexical list is full. The ranker never writes.
 
 **Exact and fast.** Each term's postings are parallel document keys and occurrence keys; the BM25F
 contribution of a key is computed once per term, from per-field terms computed once per query with
@@ -51,7 +51,6 @@ from engram_memory.ranking.bm25f import (
     recency,
     rrf_normalised,
 )
-from engram_memory.ranking.eligibility import eligible_entries
 from engram_memory.ranking.tokenizer import TOKENIZER_VERSION, tokenize
 
 __all__ = ["PROFILE", "PROFILE_VERSION", "SCORING_FORMULA_REF", "LexicalRanker"]
@@ -61,7 +60,7 @@ PROFILE_VERSION: Final = "1.0.0"
 SCORING_FORMULA_REF: Final = "graphify-memory:offline-lexical-recency:v1"
 _FIELD_NAMES: Final = ("primary", "decision", "evidence", "context", "citations")
 _BATCH: Final = 500
-"""Hits resolved per batch (one ``index_entries`` call) while the lexical list fills."""
+"""Hits resolved per batch (one ``eligible_documents`` call) while the lexical list fills."""
 _RECORD_ID: Final = itemgetter(0)
 _SCORE_THEN_RECENCY: Final = itemgetter(1, 2)
 _SCORE_THEN_ID: Final = itemgetter(0, 1)
@@ -223,10 +222,7 @@ def _eligible(
     reader: StoreReader, batch: list[str], scores: dict[str, float], query: RankingQuery
 ) -> list[tuple[str, int | None]]:
     """The eligible documents of one batch as (record id, valid_to), by score desc then record id asc."""
-    entries = reader.index_entries(batch)
-    chosen = [
-        (-scores[doc], entry.record_id, entry.valid_to)
-        for doc, entry in eligible_entries(entries.items(), valid_as_of=query.valid_as_of, now_ms=query.now_ms)
-    ]
+    eligible = reader.eligible_documents(batch, valid_as_of=query.valid_as_of, now_ms=query.now_ms)
+    chosen = [(-scores[doc], record_id, valid_to) for doc, record_id, valid_to in eligible]
     chosen.sort(key=_SCORE_THEN_ID)  # (-score, record id): ids are unique, so valid_to never decides
     return [(record_id, valid_to) for _, record_id, valid_to in chosen]

@@ -24,6 +24,7 @@ from engram_memory.errors import StoreConflictError, StoreUnavailableError
 from engram_memory.ports import (
     FIELDS,
     CandidateRow,
+    EligibleDocument,
     IdempotencyRow,
     IndexedDocument,
     IndexEntry,
@@ -34,6 +35,7 @@ from engram_memory.ports import (
     TermPostings,
     occurrence_key,
 )
+from engram_memory.ranking.eligibility import eligible_entries
 
 __all__ = ["InMemoryStore"]
 
@@ -135,6 +137,13 @@ class _View:
             for rid in documents
             if rid in indexed and (row := records.get(rid)) is not None
         }
+
+    def eligible_documents(self, documents: Sequence[str], *, valid_as_of: int, now_ms: int) -> list[EligibleDocument]:
+        entries = self.index_entries(documents).items()
+        return [
+            EligibleDocument(key, entry.record_id, entry.valid_to)
+            for key, entry in eligible_entries(entries, valid_as_of=valid_as_of, now_ms=now_ms)
+        ]
 
     def indexed_ids(self) -> Iterator[str]:
         yield from sorted(self._p.documents)

@@ -28,6 +28,7 @@ from engram_memory.journal import build_event
 from engram_memory.ports import (
     FIELDS,
     CandidateRow,
+    EligibleDocument,
     IdempotencyRow,
     IndexedDocument,
     IndexEntry,
@@ -41,6 +42,7 @@ from engram_memory.ports import (
     occurrence_fields,
     occurrence_key,
 )
+from engram_memory.ranking.eligibility import eligible_entries
 
 __all__ = ["StoreConformance"]
 
@@ -728,6 +730,56 @@ class StoreConformance:
             assert {entry.record_id: entry.state for entry in entries.values()}["mem_e"] == "accepted_disputed"
         with store.read(SCOPE_B) as reader:
             assert reader.index_entries(keys) == {}
+
+    def test_eligible_documents_keep_exactly_what_the_rule_keeps(self, store: Store) -> None:
+        """``eligible_documents`` is ``eligible_entries`` over ``index_entries``, instants on every boundary.
+
+        Rows differ in state, trust, valid time and retention (stale rows included); one record id
+        holds a comma; unknown and repeated keys are harmless; another scope sees nothing.
+        """
+        rows: dict[str, dict[str, Any]] = {
+            "mem_open": {},
+            "mem_ends": {"valid_to": 3_000},
+            "mem_starts_late": {"valid_from": 2_000},
+            "mem_expires": {"expires_at_ms": 4_000},
+            "mem_all_times": {"valid_from": 1_500, "valid_to": 2_500, "expires_at_ms": 3_500},
+            "mem_untrusted": {"trust_valid": False},
+            "mem_disputed": {"state": "accepted_disputed"},
+            "mem_historical": {"state": "historical", "valid_to": 3_000},
+            "mem_tombstoned": {"state": "tombstoned", "sealed": None},
+            "mem_a,b": {"valid_to": 2_000},
+        }
+        documents = [
+            _document(record_id, {"shared": _freq(primary=1 + position % 3)}) for position, record_id in enumerate(rows)
+        ]
+        with store.write(SCOPE_A) as unit:
+            _index_with_rows(unit, documents)
+            for document in documents:
+                unit.put_record(_row_of(document, **rows[document.record_id]))
+            unit.index_document(_document("mem_rowless", {"shared": _freq(context=1)}))
+        instants = sorted(
+            {0, 999, 1_000, 1_001, 1_499, 1_500, 1_501, 1_999, 2_000, 2_001, 2_499, 2_500, 2_501}
+            | {2_999, 3_000, 3_001, 3_499, 3_500, 3_501, 3_999, 4_000, 4_001, 10**15}
+        )
+        with store.read(SCOPE_A) as reader:
+            keys = list(reader.term_postings("shared")[0])
+            asked = [*keys, keys[0], "", "mem_open", "99999999", *_other_spellings(keys[1])]
+            entries = reader.index_entries(keys)
+            seen_kept: set[str] = set()
+            for valid_as_of in instants:
+                for now_ms in (0, 3_500, 3_999, 4_000, 10**15):
+                    expected = sorted(
+                        EligibleDocument(key, entry.record_id, entry.valid_to)
+                        for key, entry in eligible_entries(entries.items(), valid_as_of=valid_as_of, now_ms=now_ms)
+                    )
+                    found = reader.eligible_documents(asked, valid_as_of=valid_as_of, now_ms=now_ms)
+                    assert sorted(found) == expected, (valid_as_of, now_ms)
+                    assert all(type(item) is EligibleDocument for item in found)
+                    seen_kept.update(item.record_id for item in found)
+            assert reader.eligible_documents([], valid_as_of=2_000, now_ms=0) == []
+        assert seen_kept == {"mem_open", "mem_ends", "mem_starts_late", "mem_expires", "mem_all_times", "mem_a,b"}
+        with store.read(SCOPE_B) as reader:
+            assert reader.eligible_documents(keys, valid_as_of=2_000, now_ms=0) == []
 
     def test_index_keys_of_one_scope_resolve_in_no_other(self, store: Store) -> None:
         """Document keys read in scope A resolve to nothing in scopes B and C."""

@@ -45,6 +45,7 @@ from engram_memory.ports import (
     FIELDS,
     CandidateRow,
     CandidateState,
+    EligibleDocument,
     IdempotencyRow,
     IndexedDocument,
     IndexEntry,
@@ -106,6 +107,29 @@ _INDEX_ENTRIES: Final = (
 Only keys that are canonical decimals select a document, and each row comes back under its own
 key; ``records_by_document`` covers the lookup (``doc IS NOT NULL`` lets the partial index serve).
 """
+_ELIGIBLE_ROWS: Final = (
+    " FROM records"
+    " WHERE doc IN (SELECT CAST(value AS INTEGER) FROM json_each(?1)"
+    " WHERE CAST(CAST(value AS INTEGER) AS TEXT) = value) AND doc IS NOT NULL AND scope_id = ?2"
+    " AND state = 'accepted_current' AND trust_valid = 1 AND valid_from <= ?3"
+    " AND (valid_to IS NULL OR ?3 <= valid_to) AND (expires_at_ms IS NULL OR ?4 < expires_at_ms)"
+)
+"""The rows of ``_INDEX_ENTRIES`` that the read eligibility rule (``ranking.eligibility``) keeps, judged in SQL."""
+_ELIGIBLE_DOCUMENTS: Final = (
+    "SELECT group_concat(doc, ','), group_concat(record_id, ','), group_concat(ifnull(valid_to, ''), ',')"
+    + _ELIGIBLE_ROWS
+)
+"""The eligible rows as one row of three aligned lists (one ``group_concat`` each, over the same rows).
+
+Document numbers, record ids, and ``valid_to`` (empty for none): far cheaper than one Python row
+per hit. Numbers never hold the separator; a record id that does makes its list longer than the
+numbers', and the caller then reads the rows one by one (``_ELIGIBLE_DOCUMENT_ROWS``).
+"""
+_ELIGIBLE_DOCUMENT_ROWS: Final = "SELECT CAST(doc AS TEXT), record_id, valid_to" + _ELIGIBLE_ROWS
+_new_eligible: Final = cast(
+    "Callable[[tuple[str, str, int | None]], EligibleDocument]", functools.partial(tuple.__new__, EligibleDocument)
+)
+"""``EligibleDocument._make`` without its Python-level length check (one call per hit)."""
 _BIND_IDEMPOTENCY: Final = (
     "INSERT INTO idempotency (scope_id, principal, key, intent_digest, response) VALUES (?, ?, ?, ?, ?)"
     " ON CONFLICT (scope_id, principal, key) DO UPDATE SET response = excluded.response"
@@ -415,6 +439,23 @@ class _View:
         if not {entry.state for entry in found.values()} <= _RECORD_STATES:
             raise StoreCorruptError(ErrorCode.JOURNAL_CORRUPT, "unknown record state in the store")
         return found
+
+    def eligible_documents(self, documents: Sequence[str], *, valid_as_of: int, now_ms: int) -> list[EligibleDocument]:
+        """The eligible ones of these document keys; the rule is judged in the lookup (``_ELIGIBLE_DOCUMENTS``)."""
+        sid = self._sid()
+        numbers = [key for key in documents if key.isascii() and key.isdigit()]  # SQL checks the spelling
+        if sid is None or not numbers:
+            return []
+        params = (json.dumps(numbers), sid, valid_as_of, now_ms)
+        found, record_ids, valid_tos = self._one(_ELIGIBLE_DOCUMENTS, params)
+        if found is None:
+            return []
+        keys = found.split(",")
+        ids = record_ids.split(",")
+        if len(ids) != len(keys):  # a record id holds a comma
+            return [_new_eligible(row) for row in self._all(_ELIGIBLE_DOCUMENT_ROWS, params)]
+        ends = [int(value) if value else None for value in valid_tos.split(",")]
+        return list(map(_new_eligible, zip(keys, ids, ends, strict=True)))
 
     def indexed_ids(self) -> Iterator[str]:
         """Ids of every indexed record of the scope, ordered."""
