@@ -19,7 +19,7 @@ from engram_memory.errors import EngramError, ErrorCode
 if TYPE_CHECKING:
     from engram_memory.ports import Clock
 
-__all__ = ["ALL_TOOLS", "Confirmation", "HostBinding", "now_within_deadline", "scope_key"]
+__all__ = ["ALL_TOOLS", "Confirmation", "HostBinding", "now_within_deadline", "scope_key", "tool_set"]
 
 ALL_TOOLS: Final = frozenset(
     {
@@ -33,8 +33,24 @@ ALL_TOOLS: Final = frozenset(
 )
 
 
-def _tool_set(tools: Iterable[str]) -> frozenset[str]:
-    return frozenset(tools)
+def tool_set(tools: Iterable[str]) -> frozenset[str]:
+    """``tools`` as a set of tool names; a lone string, or a name not in :data:`ALL_TOOLS`, is refused.
+
+    A bare ``"engram_memory_search"`` is an iterable of characters: taken as it is, it would grant
+    nothing and every call would be an unknown tool, far from the real mistake.
+
+    Raises:
+        TypeError: ``tools`` is a ``str`` or ``bytes``, or holds something other than a ``str``.
+        ValueError: a name is not one of the six tools.
+    """
+    if isinstance(tools, str | bytes):
+        raise TypeError("tools must be a collection of tool names, not a single string")
+    names = frozenset(tools)
+    if not all(isinstance(name, str) for name in names):
+        raise TypeError("tools must be tool names (str)")
+    if not names <= ALL_TOOLS:
+        raise ValueError(f"unknown tool names: {sorted(names - ALL_TOOLS)}; the tools are {sorted(ALL_TOOLS)}")
+    return names
 
 
 def _aware(_inst: object, attribute: attrs.Attribute[datetime], value: datetime) -> None:
@@ -65,7 +81,8 @@ class HostBinding:
     """Everything the host owns about one tool call.
 
     ``tools`` are the tools this binding grants, named explicitly: there is no default, and a
-    tool left out is absent (``-32602``). Pass :data:`ALL_TOOLS` to grant all six; the Policy may
+    tool left out is absent (``-32602``). A single string or an unknown name is refused
+    (``TypeError`` / ``ValueError``, see :func:`tool_set`). Pass :data:`ALL_TOOLS` to grant all six; the Policy may
     narrow them further. ``deadline`` is an aware datetime after which the call fails with
     ``DEADLINE_EXCEEDED``. An empty tenant, workspace, principal, agent id, session or purpose,
     or one not in Unicode NFC, makes every call a protocol error (-32603): receipts and scope keys
@@ -78,7 +95,7 @@ class HostBinding:
     agent_id: str
     session: str
     purpose_ref: str
-    tools: frozenset[str] = attrs.field(converter=_tool_set)
+    tools: frozenset[str] = attrs.field(converter=tool_set)
     audit_id: str | None = None
     deadline: datetime | None = attrs.field(default=None, validator=attrs.validators.optional(_aware))
     confirmation: Confirmation | None = None

@@ -8,7 +8,7 @@ from typing import Literal
 
 import attrs
 
-from engram_memory.context import ALL_TOOLS, HostBinding
+from engram_memory.context import ALL_TOOLS, HostBinding, tool_set
 from engram_memory.ports import TRUST_CLASSES, AdmissionDecision, AdmissionRequest, CaptureConstraints
 
 __all__ = ["DefaultPolicy"]
@@ -21,7 +21,12 @@ _DECISIONS: dict[str, Literal["accept", "reject", "adjudication_required"]] = {
 
 
 def _str_set(items: Iterable[str]) -> frozenset[str]:
-    return frozenset(items)
+    if isinstance(items, str | bytes):
+        raise TypeError("expected a collection of strings, not a single string")
+    names = frozenset(items)
+    if not all(isinstance(name, str) for name in names):
+        raise TypeError("expected strings")
+    return names
 
 
 _BOOL = attrs.validators.instance_of(bool)
@@ -72,7 +77,7 @@ class DefaultPolicy:
     )
     family_refs: frozenset[str] = attrs.field(default=frozenset(), converter=_str_set)
     redaction: tuple[str, ...] | None = attrs.field(default=None, converter=_sorted_pointers)
-    tools: frozenset[str] = attrs.field(default=ALL_TOOLS, converter=_str_set)
+    tools: frozenset[str] = attrs.field(default=ALL_TOOLS, converter=tool_set)
     trust: Literal["asserted", "earned", "signed"] = attrs.field(
         default="asserted", validator=attrs.validators.in_(TRUST_CLASSES)
     )

@@ -244,6 +244,30 @@ def test_default_policy_grants_only_what_both_it_and_the_binding_grant() -> None
     assert policy.granted_tools(A) == {"engram_memory_get", "engram_memory_capture"}
 
 
+@pytest.mark.parametrize("tools", ["engram_memory_search", b"engram_memory_search", [b"engram_memory_get"], [1]])
+def test_a_single_string_or_a_non_string_name_is_not_a_tool_grant(tools: Any) -> None:
+    """A bare string would grant its characters (nothing): the binding and the policy refuse it."""
+    with pytest.raises(TypeError, match=r"tool names|single string"):
+        make_binding("tenant-a", "workspace-1", tools=tools)
+    with pytest.raises(TypeError, match=r"tool names|single string"):
+        DefaultPolicy(tools=tools)
+
+
+def test_an_unknown_tool_name_is_refused_where_it_is_granted() -> None:
+    """A misspelt tool in a grant is a ``ValueError`` naming it, not a tool silently left out."""
+    with pytest.raises(ValueError, match=r"unknown tool names: \['engram_memory_serch'\]"):
+        make_binding("tenant-a", "workspace-1", tools=["engram_memory_get", "engram_memory_serch"])
+    with pytest.raises(ValueError, match="engram_memory_serch"):
+        DefaultPolicy(tools=["engram_memory_serch"])
+    assert make_binding("tenant-a", "workspace-1", tools=[]).tools == frozenset()
+
+
+def test_family_refs_refuse_a_single_string() -> None:
+    with pytest.raises(TypeError, match="single string"):
+        DefaultPolicy(family_refs="family:deploys")
+    assert DefaultPolicy(family_refs=["family:deploys"]).family_refs == {"family:deploys"}
+
+
 def test_default_policy_redaction_is_a_set_of_pointers() -> None:
     policy = DefaultPolicy(redaction=["/payload", "/evidence", "/payload"])
     assert policy.redaction_allowlist(A) == ("/evidence", "/payload")

@@ -102,7 +102,7 @@ def make_binding(
         agent_id=agent_id,
         session=session,
         purpose_ref=purpose_ref,
-        tools=frozenset(tools),
+        tools=tools,
         audit_id=audit_id,
         deadline=deadline,
         confirmation=confirmation,
