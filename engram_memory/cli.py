@@ -1,19 +1,29 @@
 """The ``engram-memory`` command: a narrated demo and operator commands.
 
 ``engram-memory demo [--db PATH]`` walks through the whole governance model on an embedded
-SQLite file; ``verify --db PATH`` and ``stats --db PATH`` inspect an existing database and write
-nothing to it (they close without destroying the keys an accept left doomed): a store or vault
-file at another schema version is refused, not migrated.
+SQLite file (a demo that fails removes the files it created). ``verify --db PATH`` and
+``stats --db PATH`` inspect an existing database through read-only connections and write nothing
+to its files: no checkpoint, not even after a crash left a write-ahead log, no ``-wal`` or
+``-shm`` file created, and the keys an accept left doomed stay doomed. A store or vault file at
+another schema version is refused, not migrated. While the files have a ``-wal`` (the service has
+them open, or was killed), SQLite reads through it under its reader locks; without one, nothing
+has them open and they are read ``immutable``, and a command whose files changed meanwhile (a
+service started and wrote) exits 1 and asks to be run again rather than print what it read.
+
+Every failure ends in one line on standard error and exit status 1 (argparse's usage errors: 2);
+a closed output pipe (``engram-memory demo | head -1``) ends the command quietly with status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import os
 import sqlite3
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,13 +31,15 @@ from typing import Any
 import attrs
 
 from engram_memory.admin import MemoryAdmin
-from engram_memory.clock import ManualClock
+from engram_memory.clock import ManualClock, SystemClock
 from engram_memory.connect import connect
 from engram_memory.context import ALL_TOOLS, Confirmation, HostBinding
-from engram_memory.errors import EngramError, PortError, ProtocolError
-from engram_memory.keyvaults.sqlite import VAULT_SCHEMA
+from engram_memory.errors import EngramError, PortError, ProtocolError, StoreUnavailableError
+from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, SQLiteKeyVault
 from engram_memory.policy import DefaultPolicy
 from engram_memory.service import MemoryService
+from engram_memory.stores.sqlite import SQLiteStore
+from engram_memory.stores.sqlite._files import FileMark, file_mark, read_only_uri
 from engram_memory.stores.sqlite._schema import STORE_APPLICATION_ID, STORE_SCHEMA
 
 __all__ = ["main"]
@@ -35,10 +47,45 @@ __all__ = ["main"]
 Say = Callable[[str], None]
 
 _URL_UNSAFE = frozenset("?#%")
+"""Characters a ``sqlite:///`` URL refuses in its path (see :func:`~engram_memory.connect.connect`)."""
 STDIO_TOOLS = ALL_TOOLS - {"engram_memory_withdraw", "engram_memory_forget"}
 """What ``serve-mcp`` grants: the four tools that need no human confirmation (withdraw and forget
 would always answer -32603 without one, and a tool that cannot work must not be listed)."""
-"""Characters a ``sqlite:///`` URL refuses in its path (see :func:`~engram_memory.connect.connect`)."""
+_DEMO_FILES = ("", "-wal", "-shm", ".vault", ".vault-wal", ".vault-shm", ".key")
+"""The suffixes of every file a demo on ``--db PATH`` may create."""
+_AS_OWNER = "run the command as the user that owns the files"
+
+
+class _OutputError(Exception):
+    """Writing the command's output failed (a closed pipe, a full disk); ``__cause__`` is the OSError."""
+
+
+def _say(line: str) -> None:
+    """Print ``line`` now, so that a write that fails does so here, not at exit."""
+    try:
+        print(line, flush=True)
+    except OSError as exc:
+        raise _OutputError from exc
+
+
+def _reason(exc: BaseException) -> str:
+    """An error's detail notes if it has any, else its constant message; never content.
+
+    The notes name an action and SQLite's error name, or a schema refusal.
+    """
+    notes: list[str] = getattr(exc, "__notes__", [])
+    return "; ".join(notes) if notes else str(exc)
+
+
+def _exists(path: str | Path) -> bool:
+    """Whether something is at ``path``; exits with a message if it cannot be looked at."""
+    try:
+        Path(path).stat()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise SystemExit(f"cannot look at {path}: {exc.strerror}") from None
+    return True
 
 
 def _digest_of(text: str) -> str:
@@ -99,10 +146,17 @@ def _confirmed(
     return attrs.evolve(binding, confirmation=confirmation)
 
 
-def run_demo(db: Path, say: Say) -> int:  # noqa: PLR0915 - a linear narrated script
+def run_demo(db: Path, say: Say) -> int:
     """Run the narrated end-to-end scenario on ``db``; return 0, or 1 if a journal does not verify."""
     clock = ManualClock()
     service = connect(_sqlite_url(db), policy=DefaultPolicy(admission="accept"), clock=clock)
+    try:
+        return _narrate(service, clock, db, say)
+    finally:
+        service.close()
+
+
+def _narrate(service: MemoryService, clock: ManualClock, db: Path, say: Say) -> int:
     admin = MemoryAdmin(service)
     acme = HostBinding(
         tenant_id="acme",
@@ -175,18 +229,38 @@ def run_demo(db: Path, say: Say) -> int:  # noqa: PLR0915 - a linear narrated sc
         report = admin.verify(tenant_id=tenant, workspace_id="platform")
         say(f"  verify {tenant}: {'ok' if report.ok else report.code} (journal height {report.high_water})")
         status = status if report.ok else 1
-    service.close()
     return status
 
 
 def _cmd_demo(options: argparse.Namespace) -> int:
-    if options.db is not None:
-        db = Path(options.db)
-        if any(Path(f"{db}{suffix}").exists() for suffix in ("", ".vault", ".key")):
-            raise SystemExit(f"demo needs a new database file; {db} (or its vault or key) already exists")
-        return run_demo(db, print)
-    with tempfile.TemporaryDirectory() as folder:
-        return run_demo(Path(folder) / "demo.db", print)
+    if options.db is None:
+        try:
+            folder = tempfile.TemporaryDirectory()
+        except OSError as exc:
+            raise SystemExit(f"demo cannot create a temporary directory: {exc.strerror}") from None
+        with folder:
+            return _demo_on(Path(folder.name) / "demo.db")
+    db = Path(options.db)
+    _sqlite_url(db)
+    if any(_exists(f"{db}{suffix}") for suffix in ("", ".vault", ".key")):
+        raise SystemExit(f"demo needs a new database file; {db} (or its vault or key) already exists")
+    if not _exists(db.parent):
+        raise SystemExit(f"cannot create {db}: its directory does not exist")
+    created = [Path(f"{db}{suffix}") for suffix in _DEMO_FILES if not _exists(f"{db}{suffix}")]
+    try:
+        return _demo_on(db)
+    except BaseException:
+        for path in created:  # the run's own files only: a rerun must not find a half-made database
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
+
+
+def _demo_on(db: Path) -> int:
+    try:
+        return run_demo(db, _say)
+    except (EngramError, PortError) as exc:
+        raise SystemExit(f"demo failed on {db}: {_reason(exc)}") from None
 
 
 def _sqlite_url(db: str | Path) -> str:
@@ -199,19 +273,22 @@ def _sqlite_url(db: str | Path) -> str:
 def _require_current_schema(path: str, what: str, application_id: int, current: int) -> None:
     """Exit unless ``path`` is an engram-memory ``what`` file at schema ``current``; read it read-only.
 
-    Without a ``-wal`` file the database file holds every commit, and ``immutable`` reads it without
-    leaving the empty ``-wal`` and ``-shm`` files a read-only WAL connection creates.
+    The connection is the one the store and the vault open read-only (see ``read_only_uri``): it
+    creates no ``-wal`` or ``-shm`` file and writes nothing.
     """
-    query = "?mode=ro" if Path(f"{path}-wal").exists() else "?mode=ro&immutable=1"
     try:
-        conn = sqlite3.connect(Path(path).absolute().as_uri() + query, uri=True)
+        conn = sqlite3.connect(read_only_uri(path), uri=True)
         try:
             found_id: int = conn.execute("PRAGMA application_id").fetchone()[0]
             version: int = conn.execute("PRAGMA user_version").fetchone()[0]
         finally:
             conn.close()
+    except sqlite3.OperationalError as exc:  # cannot open: permissions, a -shm it cannot read
+        raise SystemExit(f"cannot open {path} read-only: {exc}; {_AS_OWNER}") from None
     except sqlite3.Error as exc:
         raise SystemExit(f"cannot open {path}: {exc}") from None
+    except PortError as exc:
+        raise SystemExit(f"cannot open {path} read-only: {exc}") from None
     if found_id != application_id or version == 0:
         raise SystemExit(f"cannot open {path}: not an engram-memory {what}")
     if version < current:
@@ -226,44 +303,103 @@ def _require_current_schema(path: str, what: str, application_id: int, current: 
         )
 
 
-def _open_existing(db: str) -> MemoryService:
-    """Open an existing database with its vault and key file; never create or migrate either."""
+def _mark(path: str) -> tuple[bool, FileMark]:
+    """Whether ``path`` has a write-ahead log, and what identifies its content (see ``file_mark``)."""
+    try:
+        return _exists(f"{path}-wal"), file_mark(path)
+    except OSError as exc:
+        raise SystemExit(f"cannot look at {path}: {exc.strerror}") from None
+
+
+def _changed(path: str, before: tuple[bool, FileMark]) -> bool:
+    """Whether a read of ``path`` may have raced a writer.
+
+    A file that had a ``-wal`` before and after was read through it under SQLite's reader locks,
+    which keep a writer's checkpoint from changing what a reader sees. Otherwise it was (or may
+    have been) read ``immutable``, without locks: correct only if nothing changed the file.
+    """
+    had_wal, mark = before
+    try:
+        has_wal, now = _mark(path)
+    except SystemExit:
+        return True
+    return not (had_wal and has_wal) and now != mark
+
+
+@contextlib.contextmanager
+def _inspection(db: str) -> Iterator[MemoryService]:
+    """An existing database opened read-only with its vault and key file; never created, migrated or written.
+
+    Exits with a message if a file is missing, cannot be read without writing, is at another
+    schema version, or changed while it was read (then whatever was read is not trusted).
+    """
     for path, what in ((db, "database"), (f"{db}.vault", "key vault"), (f"{db}.key", "master key file")):
-        if not Path(path).exists():
+        if not _exists(path):
             raise SystemExit(f"no {what} at {path}")
-    url = _sqlite_url(db)
+    _sqlite_url(db)
+    marks = {path: _mark(path) for path in (db, f"{db}.vault")}
     _require_current_schema(db, "store", STORE_APPLICATION_ID, STORE_SCHEMA.latest)
     _require_current_schema(f"{db}.vault", VAULT_SCHEMA.kind, VAULT_SCHEMA.application_id, VAULT_SCHEMA.latest)
+    failure: str | None = None
     try:
-        return connect(url)
+        store = SQLiteStore(db, read_only=True)
     except (EngramError, PortError) as exc:
-        raise SystemExit(f"cannot open {db}: {exc}") from None
+        raise SystemExit(_cannot_open(db, exc)) from None
+    try:
+        vault = SQLiteKeyVault(f"{db}.vault", master_key_file=f"{db}.key", read_only=True)
+    except (EngramError, PortError) as exc:
+        store.close()
+        raise SystemExit(_cannot_open(db, exc)) from None
+    # each file was opened as its -wal was then; a -wal both before and after means it was read through it
+    marks = {path: (had_wal and _exists(f"{path}-wal"), mark) for path, (had_wal, mark) in marks.items()}
+    service = MemoryService(store=store, vault=vault, policy=DefaultPolicy(), clock=SystemClock())
+    try:
+        yield service
+    except (EngramError, PortError) as exc:
+        failure = _reason(exc)
+    finally:
+        service.close(destroy_doomed_keys=False)  # closes the read-only connections: writes nothing
+    if any(_changed(path, mark) for path, mark in marks.items()):
+        raise SystemExit(f"{db} changed while it was read (a process wrote it); run the command again")
+    if failure is not None:
+        raise SystemExit(f"cannot read {db}: {failure}")
+
+
+def _cannot_open(db: str, exc: EngramError | PortError) -> str:
+    if isinstance(exc, StoreUnavailableError):  # cannot open, or cannot read without writing
+        return f"cannot open {db} read-only: {_reason(exc)}; {_AS_OWNER}"
+    return f"cannot open {db}: {_reason(exc)}"
 
 
 def _cmd_verify(options: argparse.Namespace) -> int:
-    service = _open_existing(options.db)
-    admin = MemoryAdmin(service)
+    lines: list[str] = []
     status = 0
-    for scope in service.store.scopes():
-        report = admin.verify_scope(scope)
-        print(f"{scope}: {'ok' if report.ok else f'{report.code} at cursor {report.cursor}'} ({report.high_water})")
-        status = status if report.ok else 1
-    service.close(destroy_doomed_keys=False)  # inspection writes nothing
+    with _inspection(options.db) as service:
+        admin = MemoryAdmin(service)
+        for scope in service.store.scopes():
+            report = admin.verify_scope(scope)
+            verdict = "ok" if report.ok else f"{report.code} at cursor {report.cursor}"
+            lines.append(f"{scope}: {verdict} ({report.high_water})")
+            status = status if report.ok else 1
+    for line in lines:  # only once the files are known not to have changed meanwhile
+        _say(line)
     return status
 
 
 def _cmd_stats(options: argparse.Namespace) -> int:
-    service = _open_existing(options.db)
-    for scope in service.store.scopes():
-        with service.store.read(scope) as reader:
-            counts: dict[str, int] = {}
-            for row in reader.candidates():
-                counts[f"candidate:{row.state}"] = counts.get(f"candidate:{row.state}", 0) + 1
-            for record in reader.records():
-                counts[f"record:{record.state}"] = counts.get(f"record:{record.state}", 0) + 1
-            summary = ", ".join(f"{key}={value}" for key, value in sorted(counts.items()))
-            print(f"{scope}: journal height {reader.high_water()}; {summary}")
-    service.close(destroy_doomed_keys=False)
+    lines: list[str] = []
+    with _inspection(options.db) as service:
+        for scope in service.store.scopes():
+            with service.store.read(scope) as reader:
+                counts: dict[str, int] = {}
+                for row in reader.candidates():
+                    counts[f"candidate:{row.state}"] = counts.get(f"candidate:{row.state}", 0) + 1
+                for record in reader.records():
+                    counts[f"record:{record.state}"] = counts.get(f"record:{record.state}", 0) + 1
+                summary = ", ".join(f"{key}={value}" for key, value in sorted(counts.items()))
+                lines.append(f"{scope}: journal height {reader.high_water()}; {summary}")
+    for line in lines:
+        _say(line)
     return 0
 
 
@@ -275,7 +411,13 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
     except ImportError:
         raise SystemExit("serve-mcp needs the MCP extra: pip install 'engram-memory-core[mcp]'") from None
     policy = DefaultPolicy(admission=options.admission)
-    service = connect(_sqlite_url(options.db), policy=policy)
+    url = _sqlite_url(options.db)
+    if not _exists(Path(options.db).parent):
+        raise SystemExit(f"cannot open {options.db}: its directory does not exist")
+    try:
+        service = connect(url, policy=policy)
+    except (EngramError, PortError) as exc:
+        raise SystemExit(f"cannot open {options.db}: {_reason(exc)}") from None
     binding = HostBinding(
         tenant_id=options.tenant,
         workspace_id=options.workspace,
@@ -357,8 +499,24 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``engram-memory`` console script."""
     options = _parser().parse_args(argv)
-    status: int = options.run(options)
+    try:
+        status: int = options.run(options)
+    except _OutputError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, BrokenPipeError):  # the reader left (`| head`): stop quietly, as Python's docs advise
+            _discard_stdout()
+            return 1
+        reason = cause.strerror if isinstance(cause, OSError) else None
+        raise SystemExit(f"engram-memory {options.command}: cannot write its output: {reason}") from None
     return status
+
+
+def _discard_stdout() -> None:
+    """Point the standard output at ``os.devnull``, so that the flush at exit cannot fail again."""
+    with contextlib.suppress(OSError, ValueError):  # not a real file (captured, redirected in process)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -46,7 +46,7 @@ from engram_memory.errors import KeyUnavailableError, PortError, SealIntegrityEr
 from engram_memory.keyvaults._aead import new_key, open_sealed, seal_with
 from engram_memory.ports import SealedEnvelope
 from engram_memory.stores.sqlite._errors import translate
-from engram_memory.stores.sqlite._files import create_private
+from engram_memory.stores.sqlite._files import check_current_schema, connect_read_only, create_private, read_only_uri
 from engram_memory.stores.sqlite._schema import Migration, SchemaSpec, enter_wal, migrate
 
 __all__ = ["VAULT_SCHEMA", "MasterKeyError", "SQLiteKeyVault"]
@@ -195,6 +195,11 @@ class SQLiteKeyVault:
         master_key_file: alternatively, a file holding the 32-byte master key; created with mode
             0600 and a random key if it does not exist yet (and the vault is new).
         reserve: how many keys to write ahead in one durable transaction (1 = one commit per seal).
+        read_only: open an existing vault at the current schema, and an existing key file, for
+            reading only: nothing is created, migrated, checkpointed or written (a seal or destroy
+            raises ``StoreUnavailableError``), as for
+            :class:`~engram_memory.stores.sqlite.SQLiteStore` ``(read_only=True)``, whose caveat
+            about a file without a ``-wal`` applies here too.
 
     Exactly one of ``master_key`` and ``master_key_file`` must be given. Losing the master key
     loses every sealed item, which is the point of crypto-shredding; back it up separately from
@@ -218,6 +223,7 @@ class SQLiteKeyVault:
         master_key_file: str | os.PathLike[str] | None = None,
         busy_timeout_ms: int = 5000,
         reserve: int = _DEFAULT_RESERVE,
+        read_only: bool = False,
     ) -> None:
         if (master_key is None) == (master_key_file is None):
             raise ValueError("give exactly one of master_key and master_key_file")
@@ -233,18 +239,30 @@ class SQLiteKeyVault:
             raise ValueError("SQLiteKeyVault needs a file path (use InMemoryKeyVault for a transient vault)")
         self._lock = threading.Lock()
         self._closed = False
-        create_private(self._path)
+        self._read_only_uri: str | None = None  # how the connection opens in read-only mode
+        if read_only:
+            self._read_only_uri = read_only_uri(self._path)
+        else:
+            create_private(self._path)
         self._busy_timeout_ms = busy_timeout_ms
         self._inherited: list[sqlite3.Connection] = []  # a parent's, in a forked child: kept, never used
         self._conn = self._connect(busy_timeout_ms)
         self._conn_pid = os.getpid()
         try:
-            self._master = self._open_master(master_key, master_key_file)
+            if read_only:
+                self._master = self._open_master_read_only(master_key, master_key_file)
+            else:
+                self._master = self._open_master(master_key, master_key_file)
         except BaseException:
             self._conn.close()
             raise
 
     def _connect(self, busy_timeout_ms: int) -> sqlite3.Connection:
+        if self._read_only_uri is not None:
+            try:
+                return connect_read_only(self._read_only_uri, busy_timeout_ms=busy_timeout_ms)
+            except sqlite3.Error as exc:
+                raise translate(exc, "open vault") from exc
         try:
             conn = sqlite3.connect(
                 self._path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
@@ -290,6 +308,22 @@ class SQLiteKeyVault:
         if stored is None or not hmac.compare_digest(stored, _verifier(key)):
             raise MasterKeyError("the master key does not open this key vault")
         return key
+
+    def _open_master_read_only(self, master_key: bytes | None, master_key_file: str | os.PathLike[str] | None) -> bytes:
+        """Read the master key (never creating a key file), check the schema and the verifier."""
+        if master_key is None:
+            assert master_key_file is not None  # noqa: S101 - checked by __init__
+            master_key = _read_key_file(Path(master_key_file))
+            if master_key is None:
+                raise MasterKeyError("the master key file of an existing vault is missing")
+        try:
+            check_current_schema(self._conn, VAULT_SCHEMA)
+            stored = self._stored_verifier()
+        except sqlite3.Error as exc:
+            raise translate(exc, "open vault") from exc
+        if stored is None or not hmac.compare_digest(stored, _verifier(master_key)):
+            raise MasterKeyError("the master key does not open this key vault")
+        return master_key
 
     def _stored_verifier(self) -> bytes | None:
         """The verifier row, ``None`` for a vault without a schema yet (``sqlite3.Error`` propagates)."""

@@ -66,7 +66,7 @@ from engram_memory.stores.sqlite._errors import (
     translate,
     translated,
 )
-from engram_memory.stores.sqlite._files import create_private
+from engram_memory.stores.sqlite._files import check_current_schema, connect_read_only, create_private, read_only_uri
 from engram_memory.stores.sqlite._schema import STORE_SCHEMA, enter_wal, migrate, schema_version
 
 _log = logging.getLogger("engram_memory")
@@ -655,6 +655,14 @@ class SQLiteStore:
             nothing in either mode.
         busy_timeout_ms: how long a reader or writer waits for a lock held by another connection
             (thread or process) before :class:`~engram_memory.errors.StoreUnavailableError`.
+        read_only: open an existing file at the current schema for reading only, creating,
+            migrating, checkpointing and writing nothing (every write raises
+            ``StoreUnavailableError``; an older schema is refused with
+            :class:`MigrationLedgerError`). While the file has a ``-wal`` (another process has it
+            open, or one was killed) reads go through it under SQLite's reader locks and need its
+            ``-shm`` file; without one the file is read ``immutable`` (no lock, no file created),
+            which is correct only while nothing writes it: a caller that may race a writer checks
+            that the file did not change while it read (``engram-memory verify`` does).
 
     The file runs in WAL mode (readers never block the writer, each :meth:`read` sees one
     consistent snapshot) with ``secure_delete=ON`` (deleted rows are zeroed), ``foreign_keys=ON``
@@ -672,6 +680,7 @@ class SQLiteStore:
         *,
         synchronous: Synchronous = "FULL",
         busy_timeout_ms: int = 5000,
+        read_only: bool = False,
     ) -> None:
         if synchronous not in {"FULL", "NORMAL"}:
             raise ValueError("synchronous must be 'FULL' or 'NORMAL'")
@@ -693,10 +702,13 @@ class SQLiteStore:
         self._writer_lock = threading.Lock()
         self._closed = False
         self._scope_ids: dict[str, int] = {}
-        create_private(self._path)
+        # how every connection opens in read-only mode (decided once: see ``read_only_uri``)
+        self._read_only_uri = read_only_uri(self._path) if read_only else None
+        if not read_only:
+            create_private(self._path)
         conn = self._connect()
         try:
-            migrate(conn, STORE_SCHEMA, seed=_seed_secret)
+            self._check_or_migrate(conn)
             row = conn.execute("SELECT value FROM meta WHERE name = ?", (_SECRET_NAME,)).fetchone()
         except sqlite3.Error as exc:
             conn.close()
@@ -728,6 +740,15 @@ class SQLiteStore:
     # ------------------------------------------------------------------ connections
 
     def _connect(self) -> sqlite3.Connection:
+        if self._read_only_uri is not None:
+            try:
+                conn = connect_read_only(
+                    self._read_only_uri, busy_timeout_ms=self._busy_timeout_ms, cached_statements=256
+                )
+            except sqlite3.Error as exc:
+                raise translate(exc, "open") from exc
+            self._owners[id(conn)] = os.getpid()
+            return conn
         try:
             conn = sqlite3.connect(
                 self._path,
@@ -753,6 +774,13 @@ class SQLiteStore:
             raise
         self._owners[id(conn)] = os.getpid()
         return conn
+
+    def _check_or_migrate(self, conn: sqlite3.Connection) -> None:
+        """Bring the file to the current schema; in read-only mode, refuse any other (reading only)."""
+        if self._read_only_uri is not None:
+            check_current_schema(conn, STORE_SCHEMA)
+        else:
+            migrate(conn, STORE_SCHEMA, seed=_seed_secret)
 
     def _owned(self, conn: sqlite3.Connection) -> bool:
         """Whether this process opened ``conn`` (SQLite forbids using a connection across ``fork``)."""

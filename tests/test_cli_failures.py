@@ -1,0 +1,180 @@
+"""Every failure of the ``engram-memory`` command is one line on stderr and a non-zero exit status.
+
+A missing directory, a file that is not a store, a closed output pipe or a full disk never end in
+a traceback, and a demo that fails removes the files it created (only those), so a rerun works.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engram_memory.admin import MemoryAdmin
+from engram_memory.cli import main
+from engram_memory.errors import StoreUnavailableError
+from engram_memory.journal import VerifyReport
+
+SERVE = ("--tenant", "t", "--workspace", "w", "--principal", "p", "--purpose", "purpose:x")
+
+
+def _cli(*args: str, cwd: Path, stdout: int | None = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "engram_memory", *args],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _exit_of(argv: list[str]) -> SystemExit:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    return info.value
+
+
+class _FailingOutput(io.StringIO):
+    """A standard output whose writes fail with ``error`` after ``lines`` lines got through."""
+
+    def __init__(self, error: OSError, lines: int = 0) -> None:
+        super().__init__()
+        self.error, self.lines = error, lines
+
+    def write(self, text: str) -> int:
+        if self.getvalue().count("\n") >= self.lines:
+            raise self.error
+        return super().write(text)
+
+
+# --------------------------------------------------------------------------- missing directories, foreign files
+
+
+def test_a_demo_in_a_missing_directory_is_a_one_line_failure(tmp_path: Path) -> None:
+    db = tmp_path / "no-such-dir" / "x.db"
+    assert _exit_of(["demo", "--db", str(db)]).code == f"cannot create {db}: its directory does not exist"
+    done = _cli("demo", "--db", "no-such-dir/x.db", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == "cannot create no-such-dir/x.db: its directory does not exist\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def mcp_extra() -> None:
+    pytest.importorskip("engram_memory.adapters.mcp")
+
+
+@pytest.mark.usefixtures("mcp_extra")
+def test_serve_mcp_in_a_missing_directory_is_a_one_line_failure(tmp_path: Path) -> None:
+    done = _cli("serve-mcp", "--db", "no-such-dir/x.db", *SERVE, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == "cannot open no-such-dir/x.db: its directory does not exist\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.usefixtures("mcp_extra")
+def test_serve_mcp_on_a_file_that_is_not_a_store_is_a_one_line_failure(tmp_path: Path) -> None:
+    (tmp_path / "notes.db").write_bytes(b"hello\n")
+    done = _cli("serve-mcp", "--db", "notes.db", *SERVE, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == "cannot open notes.db: sqlite open failed: SQLITE_NOTADB\n"
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == {"notes.db": b"hello\n"}
+
+
+@pytest.mark.usefixtures("mcp_extra")
+def test_serve_mcp_on_a_foreign_sqlite_file_names_the_refusal(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "crm.db")
+    try:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY)")
+    finally:
+        conn.close()
+    exit_ = _exit_of(["serve-mcp", "--db", str(tmp_path / "crm.db"), *SERVE])
+    assert exit_.code == f"cannot open {tmp_path / 'crm.db'}: not an engram-memory store database"
+
+
+# --------------------------------------------------------------------------- output that cannot be written
+
+
+def test_a_closed_output_pipe_ends_the_demo_quietly(tmp_path: Path) -> None:
+    """``engram-memory demo | head -1``: the reader left; no traceback, no message, status 1."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "engram_memory", "demo", "--db", "piped.db"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        process.stdout.close()  # before the demo writes its first line
+        stderr = process.stderr.read()
+        status = process.wait(timeout=120)
+    assert (status, stderr) == (1, "")
+    assert list(tmp_path.iterdir()) == []  # the interrupted demo removed its files
+
+
+def test_a_broken_pipe_in_process_returns_one_and_removes_the_demo_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdout", _FailingOutput(BrokenPipeError(errno.EPIPE, "Broken pipe"), lines=1))
+    assert main(["demo", "--db", str(tmp_path / "demo.db")]) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device that is always full)")
+def test_a_full_disk_under_the_output_is_a_one_line_failure(tmp_path: Path) -> None:
+    with Path("/dev/full").open("w") as full:
+        done = _cli("demo", "--db", "full.db", cwd=tmp_path, stdout=full.fileno())
+    assert done.returncode == 1
+    assert done.stderr == "engram-memory demo: cannot write its output: No space left on device\n"
+    assert list(tmp_path.iterdir()) == []
+    rerun = _cli("demo", "--db", "full.db", cwd=tmp_path)  # nothing half-made refuses the rerun
+    assert (rerun.returncode, rerun.stderr) == (0, "")
+
+
+def test_a_full_disk_under_verify_output_is_a_one_line_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "demo.db"
+    assert main(["demo", "--db", str(db)]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdout", _FailingOutput(OSError(errno.ENOSPC, "No space left on device")))
+    exit_ = _exit_of(["verify", "--db", str(db)])
+    assert exit_.code == "engram-memory verify: cannot write its output: No space left on device"
+
+
+# --------------------------------------------------------------------------- a demo that fails cleans up after itself
+
+
+def test_a_failed_demo_removes_only_its_own_files_and_can_be_rerun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "other.db").write_bytes(b"someone else's")
+    db = tmp_path / "demo.db"
+
+    def unavailable(self: MemoryAdmin, *, tenant_id: str, workspace_id: str) -> VerifyReport:
+        raise StoreUnavailableError("sqlite read failed: SQLITE_IOERR")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(MemoryAdmin, "verify", unavailable)
+        exit_ = _exit_of(["demo", "--db", str(db)])
+    assert exit_.code == f"demo failed on {db}: sqlite read failed: SQLITE_IOERR"
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == {"other.db": b"someone else's"}
+    capsys.readouterr()
+    assert main(["demo", "--db", str(db)]) == 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["demo.db", "demo.db.key", "demo.db.vault", "other.db"]
+
+
+def test_an_output_error_mid_demo_is_one_line_without_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdout", _FailingOutput(OSError(errno.EIO, "Input/output error"), lines=3))
+    exit_ = _exit_of(["demo", "--db", str(tmp_path / "demo.db")])
+    assert exit_.code == "engram-memory demo: cannot write its output: Input/output error"
+    assert list(tmp_path.iterdir()) == []
