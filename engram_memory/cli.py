@@ -428,6 +428,14 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
         tools=STDIO_TOOLS,  # withdraw and forget need a confirmation a fixed binding cannot carry
     )
     try:
+        service.list_tools(binding)  # the binding's own check: every request would fail it
+    except ProtocolError:
+        service.close()
+        raise SystemExit(
+            "serve-mcp needs a non-empty --tenant, --workspace, --principal, --agent and --purpose, "
+            "each valid UTF-8 text in Unicode NFC"
+        ) from None
+    try:
         anyio.run(serve_stdio, service, binding)
     finally:
         service.close()

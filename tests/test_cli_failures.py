@@ -100,6 +100,24 @@ def test_serve_mcp_on_a_foreign_sqlite_file_names_the_refusal(tmp_path: Path) ->
     assert exit_.code == f"cannot open {tmp_path / 'crm.db'}: not an engram-memory store database"
 
 
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--principal", "alice\udcff"), ("--tenant", ""), ("--workspace", "Ame\u0301lie"), ("--agent", "")],
+)
+def test_serve_mcp_refuses_a_binding_no_request_could_pass(tmp_path: Path, flag: str, value: str) -> None:
+    """A non-UTF-8 (``surrogateescape``), empty or non-NFC id would fail every request: refused at start."""
+    argv = ["serve-mcp", "--db", str(tmp_path / "served.db"), *SERVE]
+    if flag in argv:
+        argv[argv.index(flag) + 1] = value
+    else:
+        argv += [flag, value]
+    exit_ = _exit_of(argv)
+    assert exit_.code == (
+        "serve-mcp needs a non-empty --tenant, --workspace, --principal, --agent and --purpose, "
+        "each valid UTF-8 text in Unicode NFC"
+    )
+
+
 # --------------------------------------------------------------------------- output that cannot be written
 
 

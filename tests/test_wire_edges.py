@@ -184,6 +184,34 @@ def test_a_host_id_not_in_nfc_is_32603(harness: Harness, field: str) -> None:
     assert harness.state(BINDING) == before
 
 
+@pytest.mark.parametrize("field", ["tenant_id", "workspace_id", "principal", "agent_id", "session", "purpose_ref"])
+def test_a_host_id_with_a_lone_surrogate_is_32603_on_every_tool(harness: Harness, field: str) -> None:
+    """A non-UTF-8 id (``surrogateescape`` of a CLI argument) has no digest: -32603, never a retriable answer.
+
+    It used to pass the NFC check and fail inside the first digest, so reads answered
+    ``CAPABILITY_UNAVAILABLE`` and mutations a retriable ``MUTATION_OUTCOME_UNKNOWN`` forever.
+    """
+    lone: dict[str, Any] = {field: getattr(BINDING, field) + "-\udcff"}
+    binding = attrs.evolve(BINDING, **lone)
+    before = harness.state(BINDING)
+    search = {"query": "q", "purpose_ref": binding.purpose_ref}
+    capture = capture_args(make_key("lone-surrogate"), purpose_ref=binding.purpose_ref)
+    assert _protocol_code(lambda: harness.call(SEARCH, search, binding)) is JsonRpcCode.INTERNAL_ERROR
+    assert _protocol_code(lambda: harness.call(CAPTURE, capture, binding)) is JsonRpcCode.INTERNAL_ERROR
+    assert _protocol_code(lambda: harness.service.list_tools(binding)) is JsonRpcCode.INTERNAL_ERROR
+    assert harness.state(BINDING) == before
+
+
+@pytest.mark.parametrize("audit_id", ["audit-\udcff", 7, b"audit"])
+def test_an_audit_id_that_is_not_text_is_32603(harness: Harness, audit_id: Any) -> None:
+    """The envelope echoes ``audit_id`` as a string: one that cannot be one is refused before anything runs."""
+    binding = attrs.evolve(BINDING, audit_id=audit_id)
+    before = harness.state(BINDING)
+    capture = capture_args(make_key("audit-id"), purpose_ref=binding.purpose_ref)
+    assert _protocol_code(lambda: harness.call(CAPTURE, capture, binding)) is JsonRpcCode.INTERNAL_ERROR
+    assert harness.state(BINDING) == before
+
+
 def test_canonically_equivalent_tenants_never_share_a_scope() -> None:
     composed = scope_key("tenant-Am\u00e9lie", "workspace-\u00c5")
     assert composed != scope_key("tenant-Amelie", "workspace-\u00c5")
