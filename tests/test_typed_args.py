@@ -145,6 +145,59 @@ def test_the_reported_examples_are_typed_errors() -> None:
         assert (info.value.code, info.value.pointer) == (ErrorCode.INVALID_SCHEMA, pointer)
 
 
+def _nested_fields(obj: Any, path: str = "") -> Iterator[tuple[str, Any, str, str, bool]]:
+    """(pointer, holder, field name, kind, optional) of every object- or array-valued field, nested too.
+
+    ``kind`` is ``"object"``, ``"array"`` (of strings) or ``"array of objects"``.
+    """
+    for field in attrs.fields(type(obj)):
+        value = getattr(obj, field.name)
+        optional = field.default is None
+        if attrs.has(type(value)):
+            yield f"{path}/{field.name}", obj, field.name, "object", optional
+            yield from _nested_fields(value, f"{path}/{field.name}")
+        elif isinstance(value, tuple):
+            objects = bool(value) and all(attrs.has(type(item)) for item in value)
+            yield f"{path}/{field.name}", obj, field.name, "array of objects" if objects else "array", optional
+            for index, item in enumerate(value if objects else ()):
+                yield from _nested_fields(item, f"{path}/{field.name}/{index}")
+
+
+NESTED = [
+    pytest.param(tool, pointer, id=f"{tool.removeprefix('engram_memory_')}{pointer}")
+    for tool, args in VALID.items()
+    for pointer, *_ in _nested_fields(parse_args(ARGS_BY_TOOL[tool], args))
+]
+
+
+@pytest.mark.parametrize(("tool", "pointer"), NESTED)
+def test_a_nested_field_refuses_another_shape_as_a_typed_error(tool: str, pointer: str) -> None:
+    """A ``dict``, a string, a number (or ``None`` where required) is ``INVALID_SCHEMA`` at construction.
+
+    Before, such values raised ``AttributeError``/``TypeError`` in the constructor, or were taken and
+    failed later inside ``search``/``capture``; a string in an array field became its characters.
+    """
+    found = {p: (h, n, k, o) for p, h, n, k, o in _nested_fields(parse_args(ARGS_BY_TOOL[tool], VALID[tool]))}
+    holder, name, kind, optional = found[pointer]
+    wrongs: list[Any] = [{"an": "object"}, "text", 5] if kind == "object" else ["text", 5, {"an": "object"}]
+    wrongs += [] if optional else [None]
+    for wrong in wrongs:
+        _refused(lambda wrong=wrong: attrs.evolve(holder, **{name: wrong}), name)
+    if kind == "array of objects":
+        items = list(getattr(holder, name))
+        with pytest.raises(EngramError) as info:
+            attrs.evolve(holder, **{name: [*items, {"an": "object"}]})
+        assert (info.value.code, info.value.pointer) == (ErrorCode.INVALID_SCHEMA, f"/{name}/{len(items)}")
+
+
+def test_the_nested_fields_checked_cover_every_tool_with_nested_arguments() -> None:
+    pointers = {param.values[1] for param in NESTED}
+    assert {"/capability_policy", "/payload", "/evidence", "/payload/valid_time", "/payload/primary_event"} <= pointers
+    assert {"/payload/components", "/payload/citations", "/payload/citations/0/locator"} <= pointers
+    assert {"/payload/retention", "/payload/reconciliation", "/payload/reconciliation/family_refs"} <= pointers
+    assert {"/evidence/citation_ids", "/payload/components/0/citation_ids"} <= pointers
+
+
 def test_valid_typed_arguments_equal_the_parsed_ones() -> None:
     search = SearchArgs(query="typed arguments", purpose_ref=PURPOSE, page_cursor="c3RhbGU")
     assert search == parse_args(SearchArgs, VALID[SEARCH])

@@ -997,6 +997,42 @@ def test_a_schema_error_after_a_malformed_digest_still_wins() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("edits", "pointer"),
+    [
+        ({"/evidence/evidence_digest": "sha256:XYZ", "/evidence/citation_ids": []}, "/evidence/citation_ids"),
+        ({"/evidence/evidence_digest": "x", "/evidence/attestation": "a" * 5_000}, "/evidence/attestation"),
+        (
+            {"/payload/citations/0/content_digest": "sha256:XYZ", "/payload/citations/0/observed_at": "2026-02-30"},
+            "/payload/citations/0/observed_at",
+        ),
+        (
+            {"/evidence/evidence_digest": "x", "/evidence/citation_ids": ["no-such-citation"]},
+            "/evidence/citation_ids/0",
+        ),
+        (
+            {"/payload/citations/0/content_digest": "sha256:XYZ", "/payload/citations/1/citation_id": "=0"},
+            "/payload/citations/1/citation_id",
+        ),
+    ],
+    ids=["empty-list-beside-it", "attestation-beside-it", "instant-beside-it", "evidence-rule", "duplicate-rule"],
+)
+def test_a_schema_error_in_the_same_object_as_a_malformed_digest_still_wins(
+    edits: dict[str, Json], pointer: str
+) -> None:
+    """A class stops at its first failing validator and skips its rules; the digest must not hide them.
+
+    ``"=0"`` stands for the first citation's id (a duplicate).
+    """
+    base = BASES["engram_memory_capture"]
+    first_id = base["payload"]["citations"][0]["citation_id"]
+    resolved = {key: first_id if value == "=0" else value for key, value in edits.items()}
+    check("engram_memory_capture", edited("engram_memory_capture", resolved), (SCHEMA, pointer))
+    digest_only = {key: value for key, value in resolved.items() if key.endswith("_digest")}
+    digest_pointer = next(iter(digest_only))
+    check("engram_memory_capture", edited("engram_memory_capture", digest_only), (DIGEST, digest_pointer))
+
+
 @pytest.mark.parametrize(("depth", "expected"), [(31, (SCHEMA, "/query")), (32, (SCHEMA, ""))])
 def test_nesting_is_bounded_at_32_levels(depth: int, expected: Expected) -> None:
     """The contract's bound, written out: the argument object is level 1, so 31 arrays under /query reach 32."""

@@ -44,8 +44,9 @@ def _ref() -> Any:
 
 def _refs(low: int, high: int) -> Any:
     return attrs.field(
-        converter=tuple,
+        converter=lim.as_items,
         validator=[
+            lim.items_of(),
             lim.each(lim.opaque_ref),
             lim.list_len(low, high),
             lim.unique_items,
@@ -89,7 +90,9 @@ class SearchArgs:
     purpose_ref: str = _ref()
     limit: int = attrs.field(default=lim.LIMIT_DEFAULT, validator=lim.int_range(*lim.LIMIT_RANGE))
     max_packet_bytes: int = _packet_bytes()
-    capability_policy: SearchCapabilityPolicy = attrs.field(factory=SearchCapabilityPolicy)
+    capability_policy: SearchCapabilityPolicy = attrs.field(
+        factory=SearchCapabilityPolicy, validator=lim.instance(SearchCapabilityPolicy)
+    )
     page_cursor: str | None = attrs.field(default=None, validator=lim.verbatim_ref)
 
 
@@ -150,7 +153,7 @@ class Citation:
 
     citation_id: str = _ref()
     source_ref: str = _ref()
-    locator: Locator
+    locator: Locator = attrs.field(validator=lim.instance(Locator))
     content_digest: str = attrs.field(validator=lim.digest_field)
     observed_at: str | None = attrs.field(default=None, validator=lim.instant)
 
@@ -168,8 +171,9 @@ class Reconciliation:
     """Reconciliation families: strictly ascending, unique, at most 64."""
 
     family_refs: tuple[str, ...] = attrs.field(
-        converter=tuple,
+        converter=lim.as_items,
         validator=[
+            lim.items_of(),
             lim.each(lim.opaque_ref),
             lim.list_len(0, lim.FAMILY_REFS_MAX),
             lim.sorted_unique,
@@ -183,13 +187,19 @@ class Payload:
 
     schema_version: PayloadVersion = attrs.field(validator=lim.one_of(PayloadVersion))
     purpose_ref: str = _ref()
-    valid_time: ValidTime
-    components: tuple[Component, ...] = attrs.field(converter=tuple, validator=lim.list_len(1, lim.COMPONENTS_MAX))
+    valid_time: ValidTime = attrs.field(validator=lim.instance(ValidTime))
+    components: tuple[Component, ...] = attrs.field(
+        converter=lim.as_items, validator=[lim.items_of(Component), lim.list_len(1, lim.COMPONENTS_MAX)]
+    )
     primary_component_id: str = _ref()
-    primary_event: PrimaryEvent
-    citations: tuple[Citation, ...] = attrs.field(converter=tuple, validator=lim.list_len(1, lim.LIST_MAX))
-    retention: Retention | None = None
-    reconciliation: Reconciliation | None = None
+    primary_event: PrimaryEvent = attrs.field(validator=lim.instance(PrimaryEvent))
+    citations: tuple[Citation, ...] = attrs.field(
+        converter=lim.as_items, validator=[lim.items_of(Citation), lim.list_len(1, lim.LIST_MAX)]
+    )
+    retention: Retention | None = attrs.field(default=None, validator=lim.instance(Retention, optional=True))
+    reconciliation: Reconciliation | None = attrs.field(
+        default=None, validator=lim.instance(Reconciliation, optional=True)
+    )
 
     def __attrs_post_init__(self) -> None:
         citation_ids = [c.citation_id for c in self.citations]
@@ -234,8 +244,8 @@ class CaptureArgs:
     """Arguments of ``engram_memory_capture``."""
 
     idempotency_key: str = attrs.field(validator=lim.idempotency_key)
-    payload: Payload
-    evidence: Evidence
+    payload: Payload = attrs.field(validator=lim.instance(Payload))
+    evidence: Evidence = attrs.field(validator=lim.instance(Evidence))
 
     def __attrs_post_init__(self) -> None:
         known = {c.citation_id for c in self.payload.citations}

@@ -29,6 +29,7 @@ import cattrs
 from cattrs.errors import AttributeValidationNote, ForbiddenExtraKeysError, IterableValidationNote
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from engram_memory.canonical import is_digest
 from engram_memory.errors import EngramError, ErrorCode
 from engram_memory.wire import args as a
 from engram_memory.wire.limits import MAX_ARGUMENT_BYTES, literal_member
@@ -281,13 +282,55 @@ def parse_args(cls: type[T], raw: Any) -> T:
     _check_root_bounds(raw)
     try:
         return _CONVERTER.structure(raw, cls)
-    except EngramError as exc:
-        raise EngramError(exc.code, pointer=exc.pointer, detail=str(exc)) from exc
-    except (cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
-        leaf, pointer = _locate(exc)
-        if isinstance(leaf, EngramError):
-            raise EngramError(leaf.code, pointer=pointer, detail="; ".join(getattr(leaf, "__notes__", []))) from exc
-        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer=pointer, detail=f"{type(leaf).__name__}: {leaf}") from exc
+    except (EngramError, cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
+        error = _structuring_error(exc)
+        if error.code is ErrorCode.INVALID_DIGEST:
+            error = _schema_error_behind_digests(cls, raw) or error
+        raise error from exc
+
+
+def _structuring_error(exc: Exception) -> EngramError:
+    """The ``EngramError`` a structuring failure reports: its first leaf, schema errors before digest ones."""
+    if isinstance(exc, EngramError):
+        return EngramError(exc.code, pointer=exc.pointer, detail=str(exc))
+    leaf, pointer = _locate(exc)
+    if isinstance(leaf, EngramError):
+        return EngramError(leaf.code, pointer=pointer, detail="; ".join(getattr(leaf, "__notes__", [])))
+    return EngramError(ErrorCode.INVALID_SCHEMA, pointer=pointer, detail=f"{type(leaf).__name__}: {leaf}")
+
+
+_DIGEST_MEMBERS: Final = frozenset({"content_digest", "evidence_digest"})
+_WELL_FORMED_DIGEST: Final = "sha256:" + "0" * 64
+
+
+def _with_well_formed_digests(value: Any) -> Any:
+    """``value`` with every digest member that is a malformed string replaced by a well-formed digest."""
+    if type(value) is dict:
+        return {
+            key: _WELL_FORMED_DIGEST
+            if key in _DIGEST_MEMBERS and type(item) is str and not is_digest(item)
+            else _with_well_formed_digests(item)
+            for key, item in value.items()
+        }
+    if type(value) is list:
+        return [_with_well_formed_digests(item) for item in value]
+    return value
+
+
+def _schema_error_behind_digests(cls: type[Any], raw: dict[str, Any]) -> EngramError | None:
+    """The schema error the malformed digests of ``raw`` hide, if any.
+
+    A class stops at its first failing field validator and then skips its cross-reference rules,
+    so a malformed digest can hide a schema error in the same object (an empty list beside it, an
+    unresolved citation). Structuring again with each malformed digest made well-formed finds it:
+    ``INVALID_DIGEST`` is only for arguments whose one problem is their digests.
+    """
+    try:
+        _CONVERTER.structure(_with_well_formed_digests(raw), cls)
+    except (EngramError, cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
+        error = _structuring_error(exc)
+        return error if error.code is not ErrorCode.INVALID_DIGEST else None
+    return None
 
 
 def check_argument_bytes(args: ToolArgs) -> None:

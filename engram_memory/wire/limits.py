@@ -206,6 +206,42 @@ def one_of(literal: Any) -> Validator:
     return check
 
 
+def as_items(value: Any) -> Any:
+    """Converter: a ``list`` or ``tuple`` as a tuple; any other value unchanged, for the validator to refuse.
+
+    (``tuple`` itself would turn a string into its characters and fail on a number.)
+    """
+    return tuple(value) if type(value) in {list, tuple} else value
+
+
+def items_of(item_type: type | None = None) -> Validator:
+    """An array (a tuple once converted by :func:`as_items`), each item an ``item_type`` if given."""
+
+    def check(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if type(value) is not tuple:
+            raise _fail(attribute, "expected an array")
+        if item_type is not None:
+            for index, item in enumerate(value):
+                if not isinstance(item, item_type):
+                    raise EngramError(
+                        ErrorCode.INVALID_SCHEMA, pointer=f"/{attribute.name}/{index}", detail="expected an object"
+                    )
+
+    return check
+
+
+def instance(cls: type, *, optional: bool = False) -> Validator:
+    """An instance of ``cls``: the nested arguments of the typed API; ``None`` too if ``optional``."""
+
+    def check(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is None and optional:
+            return
+        if not isinstance(value, cls):
+            raise _fail(attribute, "expected an object" if value is not None else "a required field is missing")
+
+    return check
+
+
 def list_len(low: int, high: int) -> Validator:
     """A list of ``low..high`` items."""
 
