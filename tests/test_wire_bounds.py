@@ -31,7 +31,7 @@ from engram_memory.wire import (
     parse_json,
     unstructure_args,
 )
-from engram_memory.wire.converter import MAX_NESTING
+from engram_memory.wire.converter import MAX_NESTING, MAX_RAW_JSON_BYTES
 from tests.wire_strategies import (
     BAD_DIGESTS,
     BAD_INSTANTS,
@@ -921,6 +921,33 @@ def test_parse_json_refuses(raw: str | bytes) -> None:
 
 def test_parse_json_accepts_exactly_one_mib() -> None:
     assert parse_json(b'"' + b"a" * (ONE_MIB - 2) + b'"') == "a" * (ONE_MIB - 2)
+
+
+def test_parse_json_measures_the_cap_as_parse_args_does_not_the_raw_text() -> None:
+    """Whitespace and ``\\u`` escapes do not count: the bound is on the compact UTF-8 text of the value.
+
+    Both answers come from one rule, so a host that parses with ``parse_json`` (to catch duplicate
+    keys) accepts what ``call_tool`` accepts. Raw text over 8 MiB is refused before it is parsed.
+    """
+    escaped = capture_of_size(ONE_MIB - 200_000)
+    for component in escaped["payload"]["components"][1:]:  # the padding components (ASCII text)
+        component["text"] = "\u00e9" * max(1, len(component["text"]) // 2)  # 2 UTF-8 bytes, 6 escaped
+    ascii_raw = json.dumps(escaped).encode("ascii")  # ensure_ascii: every é sent as \u00e9
+    assert len(compact(escaped)) <= ONE_MIB < len(ascii_raw) < MAX_RAW_JSON_BYTES
+    assert parse_json(ascii_raw) == escaped
+    check("engram_memory_capture", parse_json(ascii_raw), None)
+
+    padded = b'{"query": "q",' + b" " * (2 * ONE_MIB) + b'"purpose_ref": "p"}'
+    check("engram_memory_search", parse_json(padded), None)
+
+    over = capture_of_size(ONE_MIB + 1)
+    with pytest.raises(EngramError) as info:
+        parse_json(json.dumps(over, indent=4))  # over the bound however it is laid out
+    assert (info.value.code, info.value.pointer) == (SCHEMA, "")
+
+    with pytest.raises(EngramError) as info:
+        parse_json(b'{"query": "q",' + b" " * MAX_RAW_JSON_BYTES + b'"purpose_ref": "p"}')
+    assert (info.value.code, info.value.pointer) == (SCHEMA, "")
 
 
 def test_parse_json_then_parse_args() -> None:

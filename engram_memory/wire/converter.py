@@ -37,6 +37,7 @@ from engram_memory.wire.limits import MAX_ARGUMENT_BYTES, literal_member
 __all__ = [
     "ARGS_BY_TOOL",
     "MAX_NESTING",
+    "MAX_RAW_JSON_BYTES",
     "TOOL_NAMES",
     "ToolArgs",
     "check_argument_bytes",
@@ -379,19 +380,27 @@ def _parse_float(text: str) -> float:
     return value
 
 
+MAX_RAW_JSON_BYTES: Final = 8 * MAX_ARGUMENT_BYTES
+r"""What :func:`parse_json` reads at most: six times the argument bound (``\u`` escapes write a byte
+as six) with room for whitespace; a longer text cannot be a compliant argument object."""
+
+
 def parse_json(data: bytes | str) -> Any:
-    """Parse raw JSON the way the contract needs, for hosts that own the request bytes.
+    r"""Parse raw JSON the way the contract needs, for hosts that own the request bytes.
 
     Rejects duplicate keys (which ``json.loads`` silently collapses), ``NaN``/``Infinity``,
-    ``-0``, integers too long to convert, nesting deeper than :data:`MAX_NESTING`, and input over
-    1,048,576 UTF-8 bytes. Once an SDK has parsed the bytes, duplicates can no longer be detected.
+    ``-0``, integers too long to convert, nesting deeper than :data:`MAX_NESTING`, and a value
+    whose compact JSON text is over 1,048,576 UTF-8 bytes: the bound :func:`parse_args` applies,
+    measured the same way, so whitespace and ``\u`` escapes in ``data`` do not count. Input over
+    :data:`MAX_RAW_JSON_BYTES` is refused before it is parsed. Once an SDK has parsed the bytes,
+    duplicates can no longer be detected.
 
     Raises:
         EngramError: ``INVALID_SCHEMA`` at the root.
     """
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-    if len(raw) > MAX_ARGUMENT_BYTES:
-        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="arguments over 1 MiB")
+    if len(raw) > MAX_RAW_JSON_BYTES:
+        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="JSON text over 8 MiB")
     try:
         text = raw.decode("utf-8")
         value = json.loads(
@@ -405,7 +414,5 @@ def parse_json(data: bytes | str) -> Any:
         raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="arguments nested too deeply") from exc
     except ValueError as exc:  # not UTF-8, not JSON, or an integer over the int digit limit
         raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="not valid JSON") from exc
-    problem = _shape_problem(value)
-    if problem is not None:
-        raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail=problem)
+    _check_root_bounds(value)
     return value

@@ -15,7 +15,9 @@ byte-bounded string carries:
 * the vendor annotation ``"x-nfc"``: ``"required"`` (opaque refs and idempotency keys must already
   be NFC) or ``"normalise"`` (free text is NFC-normalised and the byte bound applies to the
   normalised text). Values copied verbatim (``candidate_id``, ``page_cursor``) and the attestation
-  carry no ``x-nfc``: their bytes are taken as sent.
+  carry no ``x-nfc``: their byte bound is measured as sent. The ids are used as sent; the
+  attestation, stored and digested like every other string of a record, is kept in NFC (a replay
+  whose attestation differs only by normalisation is the same content).
 
 Rules JSON Schema cannot express (cross-references of a capture, the strict order of
 ``family_refs``, ``t_end >= t``, the 1,048,576-byte cap on the serialised arguments, real calendar
