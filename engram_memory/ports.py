@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, get_args
+from typing import Any, Final, Literal, NamedTuple, Protocol, get_args
 
 import attrs
 
-if TYPE_CHECKING:
-    from engram_memory.context import HostBinding
+from engram_memory.context import HostBinding  # at run time: typing.get_type_hints resolves the Policy protocol
 
 __all__ = [
     "DECISIONS",

@@ -142,3 +142,22 @@ def test_importing_the_package_imports_no_test_tool_or_driver() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent
     )
     assert result.stdout.strip() == ""
+
+
+def test_the_ports_type_hints_resolve_at_run_time() -> None:
+    """Frameworks that inspect signatures (``typing.get_type_hints``) can read every port's methods."""
+    import inspect  # noqa: PLC0415 - local to this test
+    import typing  # noqa: PLC0415
+
+    from engram_memory import ports  # noqa: PLC0415
+
+    resolved = []
+    for name in ports.__all__:
+        port = getattr(ports, name)
+        if inspect.isclass(port) and issubclass(port, typing.Protocol):
+            for member, function in inspect.getmembers(port, inspect.isfunction):
+                if not member.startswith("_"):
+                    typing.get_type_hints(function)
+                    resolved.append(f"{name}.{member}")
+    assert "Policy.redaction_allowlist" in resolved
+    assert "StoreReader.eligible_documents" in resolved
