@@ -40,6 +40,7 @@ __all__ = [
     "format_cursor",
     "format_instant",
     "from_epoch_ms",
+    "has_utf8_form",
     "is_digest",
     "is_instant",
     "nfc",
@@ -215,7 +216,7 @@ _BULK_STRINGS: Final = 16
 
 def _plain_text(text: str) -> bool:
     """Whether a non-ASCII string is NFC and has no lone surrogate."""
-    return _encodable(text) and unicodedata.is_normalized("NFC", text)
+    return has_utf8_form(text) and unicodedata.is_normalized("NFC", text)
 
 
 def _scan_float(value: float) -> int:
@@ -323,7 +324,8 @@ def _integral(value: Any) -> Any:
     return value
 
 
-def _encodable(text: str) -> bool:
+def has_utf8_form(text: str) -> bool:
+    """Whether ``text`` encodes to UTF-8: it holds no lone surrogate (as ``surrogateescape`` leaves)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Final, Self
 
+from engram_memory.canonical import has_utf8_form
 from engram_memory.context import HostBinding
 from engram_memory.errors import EngramError, ErrorCode, ProtocolError
 from engram_memory.policy_guard import GuardedPolicy
@@ -56,15 +57,6 @@ _MUTATIONS: Final = frozenset({CAPTURE, ADMISSION, WITHDRAW, FORGET})
 def _is_mutation(name: object) -> bool:
     """Whether ``name`` names a mutating tool (a name that is not a ``str`` names none)."""
     return isinstance(name, str) and name in _MUTATIONS
-
-
-def _lone_surrogate(text: str) -> bool:
-    """Whether ``text`` holds a lone surrogate (from ``surrogateescape``, say): it has no UTF-8 form."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 _BOUND_FIELDS: Final = ("tenant_id", "workspace_id", "principal", "agent_id", "session", "purpose_ref")
@@ -149,12 +141,12 @@ class MemoryService:
             value = getattr(binding, name)
             if not isinstance(value, str) or not value:
                 raise ProtocolError.untrusted_context(f"host binding lacks {name}")
-            if not value.isascii() and _lone_surrogate(value):  # no UTF-8 form: no digest, no scope key
+            if not value.isascii() and not has_utf8_form(value):  # no UTF-8 form: no digest, no scope key
                 raise ProtocolError.untrusted_context(f"host binding {name} is not valid Unicode text")
             if not unicodedata.is_normalized("NFC", value):  # NFC-equivalent ids would share digests
                 raise ProtocolError.untrusted_context(f"host binding {name} is not NFC")
         audit_id: object = binding.audit_id  # typed str | None, but a host may pass anything
-        if audit_id is not None and (not isinstance(audit_id, str) or _lone_surrogate(audit_id)):
+        if audit_id is not None and (not isinstance(audit_id, str) or not has_utf8_form(audit_id)):
             raise ProtocolError.untrusted_context("host binding audit_id is not text")
 
     def _check_grant(self, tool: object, binding: HostBinding) -> None:

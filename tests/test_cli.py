@@ -250,16 +250,21 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
 
 
-@pytest.fixture
-def old_db(tmp_path: Path) -> Path:
-    """A store written at schema version 1 (an older release), with a current vault and key file."""
-    db = tmp_path / "old.db"
+def write_schema_1_store(db: Path) -> None:
+    """Write a store at schema version 1 (an older release) at ``db``, in WAL mode."""
     conn = sqlite3.connect(db, isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         migrate(conn, STORE_SCHEMA, target=1, seed=_seed_secret)
     finally:
         conn.close()
+
+
+@pytest.fixture
+def old_db(tmp_path: Path) -> Path:
+    """A store written at schema version 1 (an older release), with a current vault and key file."""
+    db = tmp_path / "old.db"
+    write_schema_1_store(db)
     SQLiteKeyVault(f"{db}.vault", master_key_file=f"{db}.key").close()
     return db
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -28,9 +27,10 @@ from engram_memory.context import scope_key
 from engram_memory.errors import ErrorCode, StoreUnavailableError
 from engram_memory.journal import VerifyReport
 from engram_memory.keyvaults.sqlite import MasterKeyError, SQLiteKeyVault
-from engram_memory.stores.sqlite import MigrationLedgerError, SQLiteStore, _seed_secret
-from engram_memory.stores.sqlite._schema import STORE_SCHEMA, migrate
+from engram_memory.stores.sqlite import MigrationLedgerError, SQLiteStore
+from engram_memory.stores.sqlite._schema import STORE_SCHEMA
 from engram_memory.testing import capture_args, make_binding, make_key
+from tests.test_cli import write_schema_1_store
 
 COMMANDS = ("verify", "stats")
 SCOPE = scope_key("tenant-a", "workspace-1")
@@ -39,6 +39,7 @@ _CRASHED_WRITER = """
 import os, sys
 from engram_memory import DefaultPolicy, connect
 from engram_memory.testing import capture_args, make_binding, make_key
+from tests.test_cli import write_schema_1_store
 
 service = connect(f"sqlite:///{sys.argv[1]}", policy=DefaultPolicy(admission="accept"))
 binding = make_binding()
@@ -327,12 +328,7 @@ def test_a_read_only_vault_never_makes_up_a_key_file(tmp_path: Path) -> None:
 
 def test_a_read_only_open_refuses_an_outdated_schema_instead_of_migrating(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
-    conn = sqlite3.connect(db, isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        migrate(conn, STORE_SCHEMA, target=1, seed=_seed_secret)
-    finally:
-        conn.close()
+    write_schema_1_store(db)
     before = _state(tmp_path)
     with pytest.raises(MigrationLedgerError) as refused:
         SQLiteStore(db, read_only=True)

@@ -100,6 +100,13 @@ def _verifier(master: bytes) -> bytes:
     return hmac.new(_derive(master, _VERIFIER_INFO), _VERIFIER_MESSAGE, hashlib.sha256).digest()
 
 
+def _verified(master: bytes, stored: bytes | None) -> bytes:
+    """``master`` if it matches the vault's stored verifier, else ``MasterKeyError``."""
+    if stored is None or not hmac.compare_digest(stored, _verifier(master)):
+        raise MasterKeyError("the master key does not open this key vault")
+    return master
+
+
 def _wrap(master: bytes, key_ref: str, key: bytes) -> bytes:
     return aes_key_wrap(_derive(master, _WRAP_INFO + key_ref.encode("utf-8")), key)
 
@@ -305,9 +312,7 @@ class SQLiteKeyVault:
             stored = self._stored_verifier()
         except sqlite3.Error as exc:
             raise translate(exc, "open vault") from exc
-        if stored is None or not hmac.compare_digest(stored, _verifier(key)):
-            raise MasterKeyError("the master key does not open this key vault")
-        return key
+        return _verified(key, stored)
 
     def _open_master_read_only(self, master_key: bytes | None, master_key_file: str | os.PathLike[str] | None) -> bytes:
         """Read the master key (never creating a key file), check the schema and the verifier."""
@@ -321,9 +326,7 @@ class SQLiteKeyVault:
             stored = self._stored_verifier()
         except sqlite3.Error as exc:
             raise translate(exc, "open vault") from exc
-        if stored is None or not hmac.compare_digest(stored, _verifier(master_key)):
-            raise MasterKeyError("the master key does not open this key vault")
-        return master_key
+        return _verified(master_key, stored)
 
     def _stored_verifier(self) -> bytes | None:
         """The verifier row, ``None`` for a vault without a schema yet (``sqlite3.Error`` propagates)."""
