@@ -409,7 +409,9 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
 
         from engram_memory.adapters.mcp import serve_stdio  # noqa: PLC0415 - optional extra
     except ImportError:
-        raise SystemExit("serve-mcp needs the MCP extra: pip install 'engram-memory-core[mcp]'") from None
+        raise SystemExit(
+            "serve-mcp needs the MCP extra: pip install 'engram-memory-core[mcp]' (from a clone: pip install '.[mcp]')"
+        ) from None
     policy = DefaultPolicy(admission=options.admission)
     url = _sqlite_url(options.db)
     if not _exists(Path(options.db).parent):

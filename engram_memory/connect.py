@@ -54,6 +54,8 @@ def connect(
         raise ValueError("synchronous must be 'FULL' or 'NORMAL'")
     if master_key is not None and (url == "memory:" or vault is not None):
         raise ValueError("master_key applies only to a sqlite URL without vault=: it opens the SQLite key vault")
+    if master_key is not None and (type(master_key) is not bytes or len(master_key) != 32):  # noqa: PLR2004
+        raise ValueError("master_key must be 32 bytes")  # before any file is created
     policy = policy if policy is not None else DefaultPolicy()
     clock = clock if clock is not None else SystemClock()
     store: Store

@@ -47,7 +47,9 @@ class DefaultPolicy:
         confirm_capture: captures need a host confirmation.
         confirm_admission: admission requests need a host confirmation.
         allow_retain: ``retention.derivative_rule: "retain"`` is allowed.
-        max_retention: the cap on ``retention.expires_at`` after capture time (``None``: no cap).
+        max_retention: the cap on ``retention.expires_at`` after capture time: 365 days by
+            default (``None``: no cap). A later expiry is refused (``UNAUTHORIZED``); a capture
+            without an expiry is not capped and is kept until withdrawn or forgotten.
         family_refs: reconciliation families the host consents to.
         redaction: JSON pointers of the record fields a reader may see (``None``: the whole
             record; see :meth:`engram_memory.ports.Policy.redaction_allowlist`); ``/record_id``

@@ -74,6 +74,12 @@ def test_master_key_together_with_a_vault_is_refused(folder: Path) -> None:
     assert list(folder.iterdir()) == []
 
 
+@pytest.mark.parametrize("key", [b"short", b"k" * 33, "k" * 32], ids=["short", "long", "str"])
+def test_a_master_key_of_the_wrong_form_is_refused_before_any_file_is_created(key: bytes, folder: Path) -> None:
+    _refused("master_key must be 32 bytes", "sqlite:///w.db", master_key=key)
+    assert list(folder.iterdir()) == []
+
+
 @pytest.mark.parametrize("url", ["memory:", "sqlite:///s.db"])
 @pytest.mark.parametrize("value", ["OFF", "full", "EXTRA", ""])
 def test_an_undocumented_synchronous_value_is_refused(url: str, value: str, folder: Path) -> None:

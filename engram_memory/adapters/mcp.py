@@ -33,9 +33,11 @@ Example (a single-tenant stdio server)::
     from engram_memory import ALL_TOOLS, HostBinding, connect
     from engram_memory.adapters.mcp import serve_stdio
 
+    # withdraw and forget need a human confirmation, which a fixed binding cannot carry
+    tools = ALL_TOOLS - {"engram_memory_withdraw", "engram_memory_forget"}
     binding = HostBinding(tenant_id="acme", workspace_id="platform", principal="alice",
                           agent_id="agent", session="stdio", purpose_ref="engineering-decisions",
-                          tools=ALL_TOOLS)
+                          tools=tools)
     anyio.run(serve_stdio, connect("memory:"), binding)
 """
 
