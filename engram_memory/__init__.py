@@ -7,7 +7,7 @@ admits it; withdraw and forget erase for real.
 """
 
 from engram_memory._version import __version__
-from engram_memory.admin import MemoryAdmin
+from engram_memory.admin import MemoryAdmin, PendingCandidate
 from engram_memory.clock import ManualClock, SystemClock
 from engram_memory.connect import connect
 from engram_memory.context import ALL_TOOLS, Confirmation, HostBinding
@@ -26,6 +26,7 @@ __all__ = [
     "ManualClock",
     "MemoryAdmin",
     "MemoryService",
+    "PendingCandidate",
     "ProtocolError",
     "SystemClock",
     "__version__",

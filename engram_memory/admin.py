@@ -2,18 +2,42 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Any, Literal
+
+import attrs
 
 from engram_memory.context import HostBinding
-from engram_memory.errors import EngramError, ErrorCode
+from engram_memory.errors import EngramError, ErrorCode, KeyUnavailableError, SealIntegrityError
 from engram_memory.journal import VerifyReport, state_digest, verify_scope
-from engram_memory.ports import SealedEnvelope
+from engram_memory.ports import CandidateRow, SealedEnvelope
+from engram_memory.records import candidate_context
 from engram_memory.results import RequestAdmissionResult
 from engram_memory.service import MemoryService
 
-__all__ = ["MemoryAdmin"]
+__all__ = ["MemoryAdmin", "PendingCandidate"]
 
 _MAINTENANCE = "host:maintenance"
+
+
+@attrs.frozen(kw_only=True)
+class PendingCandidate:
+    """A candidate waiting for a decision, opened for the host's reviewer (never for an agent).
+
+    ``payload`` is the payload as it would be admitted (defaults completed) and ``evidence`` the
+    evidence bundle as captured, attestation included; ``trust`` is the trust the policy assigned
+    at capture. ``record_digest`` is the digest the admitted record would carry.
+    """
+
+    candidate_id: str
+    created_cursor: int
+    recorded_at: str
+    record_digest: str
+    policy_id: str
+    policy_version: str
+    trust: dict[str, Any]
+    payload: dict[str, Any]
+    evidence: dict[str, Any]
 
 
 class MemoryAdmin:
@@ -66,6 +90,56 @@ class MemoryAdmin:
             confirmation=None,
             decide=decision,
         )
+
+    def pending_candidates(self, *, tenant_id: str, workspace_id: str) -> list[PendingCandidate]:
+        """Every ``pending`` candidate of the scope, opened, oldest first: what a reviewer decides on.
+
+        Candidate inspection is host maintenance (founding document §0): an agent never sees a
+        candidate's content through the six tools. Each envelope is opened in the vault; a
+        candidate decided or withdrawn while the list is read is left out.
+
+        Raises:
+            EngramError: ``BLOB_MISSING`` (a pending candidate's key is lost) or
+                ``JOURNAL_CORRUPT`` (its envelope does not authenticate).
+        """
+        scope = self._binding(tenant_id, workspace_id).scope
+        with self._service.store.read(scope) as reader:
+            rows = [row for row in reader.candidates() if row.state == "pending"]
+        opened = [(row, self._open_pending(scope, row)) for row in sorted(rows, key=lambda row: row.created_cursor)]
+        return [
+            PendingCandidate(
+                candidate_id=row.candidate_id,
+                created_cursor=row.created_cursor,
+                recorded_at=envelope["recorded_at"],
+                record_digest=row.record_digest,
+                policy_id=row.policy_id,
+                policy_version=row.policy_version,
+                trust=envelope["trust"],
+                payload=envelope["payload"],
+                evidence=envelope["evidence"],
+            )
+            for row, envelope in opened
+            if envelope is not None
+        ]
+
+    def _open_pending(self, scope: str, row: CandidateRow) -> dict[str, Any] | None:
+        """A pending candidate's opened envelope; ``None`` if it left ``pending`` since it was listed."""
+        plaintext = None
+        if row.sealed is not None:
+            try:
+                plaintext = self._service.vault.open(row.sealed, candidate_context(scope, row.candidate_id))
+            except KeyUnavailableError:
+                plaintext = None  # decided or withdrawn meanwhile, or lost: a fresh view tells
+            except SealIntegrityError as exc:
+                raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="candidate envelope altered") from exc
+        if plaintext is not None:
+            envelope: dict[str, Any] = json.loads(plaintext)
+            return envelope
+        with self._service.store.read(scope) as fresh:
+            now = fresh.candidate(row.candidate_id)
+        if now is None or now.state != "pending" or now.sealed != row.sealed:
+            return None
+        raise EngramError(ErrorCode.BLOB_MISSING, detail="pending candidate key unavailable")
 
     def verify(self, *, tenant_id: str, workspace_id: str) -> VerifyReport:
         """Re-derive the scope's journal chain and state; report the first bad cursor."""

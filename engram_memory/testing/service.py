@@ -846,6 +846,42 @@ class ServiceConformance:
         assert missing.value.code is ErrorCode.NOT_FOUND
         assert self.verified(harness, A) == 4
 
+    def test_the_host_lists_the_pending_candidates_opened_for_review(self, harness: Harness) -> None:
+        """``MemoryAdmin.pending_candidates``: each pending candidate of the scope, opened, oldest first.
+
+        The payload (defaults completed) and the evidence as captured; decided, withdrawn and other
+        scopes' candidates are left out; listing writes nothing.
+        """
+        harness.use(ADJUDICATE)
+        first_args = capture_args(make_key("review-1"), attestation="reviewed by alice")
+        first = ok(harness.call(CAPTURE, first_args, A))["candidate_id"]
+        second = harness.pending(A, make_key("review-2"))
+        decided = harness.pending(A, make_key("review-3"))
+        withdrawn = harness.pending(A, make_key("review-4"))
+        harness.pending(B, make_key("review-other-scope"))
+        admin = harness.admin
+        admin.adjudicate(tenant_id="tenant-a", workspace_id="workspace-1", candidate_id=decided, decision="reject")
+        ok(harness.withdraw(A, withdrawn, make_key("review-4-withdraw")))
+        height = self.verified(harness, A)
+        listed = admin.pending_candidates(tenant_id="tenant-a", workspace_id="workspace-1")
+        assert [item.candidate_id for item in listed] == [first, second]
+        assert listed[0].created_cursor < listed[1].created_cursor
+        assert listed[0].evidence == first_args["evidence"]
+        completed = {**first_args["payload"], "retention": {"derivative_rule": "make-ineligible"}}
+        completed |= {"reconciliation": {"family_refs": []}, "scope_ref": A.scope}
+        assert listed[0].payload == completed
+        assert listed[0].policy_id == ADJUDICATE.policy_id
+        assert listed[0].policy_version == ADJUDICATE.policy_version
+        assert is_digest(listed[0].record_digest)
+        assert listed[0].trust["class"] == "asserted"
+        assert parse_instant(listed[0].recorded_at) == harness.clock.now()
+        assert self.verified(harness, A) == height
+        assert admin.pending_candidates(tenant_id="tenant-a", workspace_id="workspace-9") == []
+        admin.adjudicate(tenant_id="tenant-a", workspace_id="workspace-1", candidate_id=first, decision="accept")
+        assert [
+            item.candidate_id for item in admin.pending_candidates(tenant_id="tenant-a", workspace_id="workspace-1")
+        ] == [second]
+
     # ------------------------------------------------------------------ D8 confirmations
 
     def test_withdraw_without_confirmation_is_a_protocol_error(self, harness: Harness) -> None:
