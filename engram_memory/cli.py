@@ -1,7 +1,9 @@
 """The ``engram-memory`` command: a narrated demo and operator commands.
 
 ``engram-memory demo [--db PATH]`` walks through the whole governance model on an embedded
-SQLite file (a demo that fails removes the files it created). ``verify --db PATH`` and
+SQLite file (a demo that fails removes the files it created). ``pending`` lists one scope's
+pending candidates for the host's review (JSON lines, content included) and ``adjudicate``
+decides one as the host. ``verify --db PATH`` and
 ``stats --db PATH`` inspect an existing database through read-only connections and write nothing
 to its files: no checkpoint, not even after a crash left a write-ahead log, no ``-wal`` or
 ``-shm`` file created, and the keys an accept left doomed stay doomed. A store or vault file at
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import json
 import os
 import sqlite3
 import sys
@@ -403,6 +406,43 @@ def _cmd_stats(options: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pending(options: argparse.Namespace) -> int:
+    with _inspection(options.db) as service:
+        listed = MemoryAdmin(service).pending_candidates(tenant_id=options.tenant, workspace_id=options.workspace)
+        lines = [json.dumps(attrs.asdict(item), ensure_ascii=False, sort_keys=True) for item in listed]
+    for line in lines:  # only once the files are known not to have changed meanwhile
+        _say(line)
+    return 0
+
+
+def _cmd_adjudicate(options: argparse.Namespace) -> int:
+    for path, what in ((options.db, "database"), (f"{options.db}.vault", "key vault")):
+        if not _exists(path):
+            raise SystemExit(f"no {what} at {path}")
+    _require_current_schema(options.db, "store", STORE_APPLICATION_ID, STORE_SCHEMA.latest)
+    _require_current_schema(f"{options.db}.vault", VAULT_SCHEMA.kind, VAULT_SCHEMA.application_id, VAULT_SCHEMA.latest)
+    try:
+        service = connect(_sqlite_url(options.db))
+    except (EngramError, PortError) as exc:
+        raise SystemExit(f"cannot open {options.db}: {_reason(exc)}") from None
+    try:
+        result = MemoryAdmin(service).adjudicate(
+            tenant_id=options.tenant,
+            workspace_id=options.workspace,
+            candidate_id=options.candidate,
+            decision=options.decision,
+        )
+    except EngramError as exc:
+        raise SystemExit(f"adjudicate {options.candidate}: {exc.code.value} ({exc.public_message})") from None
+    except (PortError, ValueError) as exc:
+        raise SystemExit(f"adjudicate {options.candidate}: {_reason(exc)}") from None
+    finally:
+        service.close()
+    outcome = result.outcome
+    _say(f"{outcome.candidate_id}: {outcome.status}" + (f" as {outcome.record_id}" if outcome.record_id else ""))
+    return 0
+
+
 def _cmd_serve_mcp(options: argparse.Namespace) -> int:
     try:
         import anyio  # noqa: PLC0415 - optional extra
@@ -481,6 +521,36 @@ def _parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--db", required=True, help="the SQLite database file")
     stats.set_defaults(run=_cmd_stats)
+    pending = commands.add_parser(
+        "pending",
+        help="list one scope's pending candidates, opened for review (JSON lines)",
+        description=(
+            "Print each pending candidate of one scope as a JSON object on its own line, oldest first: its id, "
+            "the payload as it would be admitted, the evidence as captured, the trust and policy it was captured "
+            "under and the record digest it would carry. This is the host's review, and it prints content: run it "
+            "where the content may be shown. Reads only, like verify."
+        ),
+    )
+    pending.add_argument("--db", required=True, help="the SQLite database file")
+    pending.add_argument("--tenant", required=True, help="tenant id of the scope")
+    pending.add_argument("--workspace", required=True, help="workspace id of the scope")
+    pending.set_defaults(run=_cmd_pending)
+    adjudicate = commands.add_parser(
+        "adjudicate",
+        help="accept or reject one pending candidate, as the host",
+        description=(
+            "Decide one candidate as the host (MemoryAdmin.adjudicate): accept admits it as a searchable "
+            "record, reject discards it and destroys its key. Works across policy versions, and is the only "
+            "way to admit content forgotten in the scope. Prints the outcome; an unknown candidate "
+            "(NOT_FOUND) or one already rejected or withdrawn (ALREADY_TERMINAL) exits 1."
+        ),
+    )
+    adjudicate.add_argument("--db", required=True, help="the SQLite database file")
+    adjudicate.add_argument("--tenant", required=True, help="tenant id of the scope")
+    adjudicate.add_argument("--workspace", required=True, help="workspace id of the scope")
+    adjudicate.add_argument("--candidate", required=True, help="the candidate id (from `pending`)")
+    adjudicate.add_argument("--decision", required=True, choices=("accept", "reject"), help="the host's decision")
+    adjudicate.set_defaults(run=_cmd_adjudicate)
     serve = commands.add_parser(
         "serve-mcp",
         help="serve search, get, capture and request_admission over MCP stdio for one fixed local scope",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from engram_memory.testing.fakes import CAPTURE
 
 ACME = scope_key("acme", "platform")
 """The scope the demo writes to (its second tenant, globex, never gets a journal event)."""
-SUBCOMMANDS = ("demo", "verify", "stats", "serve-mcp")
+SUBCOMMANDS = ("demo", "verify", "stats", "pending", "adjudicate", "serve-mcp")
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
@@ -164,6 +165,81 @@ def test_a_foreign_file_is_a_clear_failure(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+# --------------------------------------------------------------------------- pending and adjudicate
+
+
+@pytest.fixture
+def waiting_db(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A database whose scope acme/platform holds two candidates waiting for the host (and one decided)."""
+    db = tmp_path / "review.db"
+    service = connect(f"sqlite:///{db}", policy=DefaultPolicy(admission="adjudicate"))
+    binding = make_binding("acme", "platform", "alice")
+    try:
+        ids = [
+            service.call_tool(CAPTURE, capture_args(make_key(f"review-{n}")), binding)["output"]["value"][
+                "candidate_id"
+            ]
+            for n in range(3)
+        ]
+        MemoryAdmin(service).adjudicate(
+            tenant_id="acme", workspace_id="platform", candidate_id=ids[2], decision="reject"
+        )
+    finally:
+        service.close()
+    return db, ids
+
+
+def test_pending_prints_each_waiting_candidate_as_json_and_writes_nothing(
+    waiting_db: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, ids = waiting_db
+    before = {path.name: path.read_bytes() for path in db.parent.iterdir()}
+    status, lines = _run(["pending", "--db", str(db), "--tenant", "acme", "--workspace", "platform"], capsys)
+    assert status == 0
+    listed = [json.loads(line) for line in lines]
+    assert [item["candidate_id"] for item in listed] == ids[:2]
+    assert listed[0]["payload"]["components"] == capture_args(make_key("review-0"))["payload"]["components"]
+    assert listed[0]["evidence"] == capture_args(make_key("review-0"))["evidence"]
+    assert {path.name: path.read_bytes() for path in db.parent.iterdir()} == before
+    status, lines = _run(["pending", "--db", str(db), "--tenant", "acme", "--workspace", "other"], capsys)
+    assert (status, lines) == (0, [])
+
+
+def test_adjudicate_decides_as_the_host_and_refuses_what_it_cannot_decide(
+    waiting_db: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, ids = waiting_db
+    scope = ["--db", str(db), "--tenant", "acme", "--workspace", "platform"]
+    status, lines = _run(["adjudicate", *scope, "--candidate", ids[0], "--decision", "accept"], capsys)
+    assert status == 0
+    assert len(lines) == 1
+    assert lines[0].startswith(f"{ids[0]}: accepted as mem_")
+    status, lines = _run(["adjudicate", *scope, "--candidate", ids[1], "--decision", "reject"], capsys)
+    assert (status, lines) == (0, [f"{ids[1]}: rejected"])
+    assert _run(["pending", *scope], capsys) == (0, [])
+    refused = _exit_of(["adjudicate", *scope, "--candidate", ids[2], "--decision", "accept"])
+    assert refused.code == f"adjudicate {ids[2]}: ALREADY_TERMINAL (the target is already in a terminal state)"
+    unknown = _exit_of(["adjudicate", *scope, "--candidate", "candidate_nope", "--decision", "accept"])
+    assert unknown.code == "adjudicate candidate_nope: NOT_FOUND (memory target not found)"
+    missing = _exit_of(
+        [
+            "adjudicate",
+            "--db",
+            str(db.parent / "none.db"),
+            "--tenant",
+            "acme",
+            "--workspace",
+            "w",
+            "--candidate",
+            ids[0],
+            "--decision",
+            "accept",
+        ]
+    )
+    assert missing.code == f"no database at {db.parent / 'none.db'}"
+    assert not (db.parent / "none.db").exists()
+
+
 # --------------------------------------------------------------------------- help
 
 
@@ -190,6 +266,8 @@ def _description(help_text: str) -> str:
         pytest.param("demo", ["--db"]),
         pytest.param("verify", ["--db"]),
         pytest.param("stats", ["--db"]),
+        pytest.param("pending", ["--db", "--tenant", "--workspace"]),
+        pytest.param("adjudicate", ["--db", "--tenant", "--workspace", "--candidate", "--decision"]),
         pytest.param("serve-mcp", ["--db", "--tenant", "--workspace", "--principal", "--purpose", "--admission"]),
     ],
 )
