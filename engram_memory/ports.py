@@ -183,7 +183,8 @@ TermPostings = tuple[Sequence[str], Sequence[str]]
 """``(document keys, occurrence keys)``: parallel sequences, one entry per indexed document holding a term.
 
 A document key is the store's opaque handle of an index entry (see :meth:`StoreReader.index_entries`),
-unique among the scope's indexed documents and stable within a read view; the occurrence key is
+unique among the scope's indexed documents, stable within a read view, and unknown to every other
+scope's views (a store that numbers documents per scope makes its keys name the scope too); the occurrence key is
 :func:`occurrence_key` of the term's frequencies and the document's field lengths.
 """
 
@@ -454,6 +455,12 @@ class KeyVault(Protocol):
     keys ahead of use, as long as a key is durable before ``seal`` returns an envelope under it),
     the associated data binds ``context`` (scope and id), and ``destroy`` makes every envelope
     sealed under the given keys permanently unreadable.
+
+    A vault that is unreachable for a while (a timeout, a throttled KMS) raises
+    :class:`~engram_memory.errors.StoreUnavailableError` from any method: the agent then gets a
+    retriable answer (``STORE_UNAVAILABLE``, or ``MUTATION_OUTCOME_UNKNOWN`` once a mutation's
+    commit may have happened). Any other exception counts as a defect of the vault (a
+    non-retriable ``CAPABILITY_UNAVAILABLE`` on a read).
     """
 
     @property

@@ -36,18 +36,22 @@ from engram_memory.testing.fakes import (
     ok,
     with_policy,
 )
-from engram_memory.testing.keyvault import KeyVaultConformance
+from engram_memory.testing.keyvault import CompleteDestruction, KeyMaterial, KeyVaultConformance
 from engram_memory.testing.ranker import RankerConformance
-from engram_memory.testing.service import ServiceConformance
+from engram_memory.testing.service import ReplaceEventBody, ScopeContents, ServiceConformance
 from engram_memory.testing.stateful import service_machine
 from engram_memory.testing.store import StoreConformance
 
 __all__ = [
     "PURPOSE",
+    "CompleteDestruction",
     "Harness",
+    "KeyMaterial",
     "KeyVaultConformance",
     "PolicyOverride",
     "RankerConformance",
+    "ReplaceEventBody",
+    "ScopeContents",
     "ServiceConformance",
     "ServiceFactory",
     "StoreConformance",
