@@ -484,6 +484,13 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
     return 0
 
 
+def _scope_arguments(command: argparse.ArgumentParser, *, db: str) -> None:
+    """``--db`` (described by ``db``), ``--tenant`` and ``--workspace``: the file and the scope a command works on."""
+    command.add_argument("--db", required=True, help=db)
+    command.add_argument("--tenant", required=True, help="tenant id of the scope")
+    command.add_argument("--workspace", required=True, help="workspace id of the scope")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engram-memory", description="Governed long-term memory for AI agents.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -531,9 +538,7 @@ def _parser() -> argparse.ArgumentParser:
             "where the content may be shown. Reads only, like verify."
         ),
     )
-    pending.add_argument("--db", required=True, help="the SQLite database file")
-    pending.add_argument("--tenant", required=True, help="tenant id of the scope")
-    pending.add_argument("--workspace", required=True, help="workspace id of the scope")
+    _scope_arguments(pending, db="the SQLite database file")
     pending.set_defaults(run=_cmd_pending)
     adjudicate = commands.add_parser(
         "adjudicate",
@@ -545,9 +550,7 @@ def _parser() -> argparse.ArgumentParser:
             "(NOT_FOUND) or one already rejected or withdrawn (ALREADY_TERMINAL) exits 1."
         ),
     )
-    adjudicate.add_argument("--db", required=True, help="the SQLite database file")
-    adjudicate.add_argument("--tenant", required=True, help="tenant id of the scope")
-    adjudicate.add_argument("--workspace", required=True, help="workspace id of the scope")
+    _scope_arguments(adjudicate, db="the SQLite database file")
     adjudicate.add_argument("--candidate", required=True, help="the candidate id (from `pending`)")
     adjudicate.add_argument("--decision", required=True, choices=("accept", "reject"), help="the host's decision")
     adjudicate.set_defaults(run=_cmd_adjudicate)
@@ -560,9 +563,7 @@ def _parser() -> argparse.ArgumentParser:
             "binding cannot carry, so they are not served (-32602, like any ungranted tool)."
         ),
     )
-    serve.add_argument("--db", required=True, help="the SQLite database file (created if missing)")
-    serve.add_argument("--tenant", required=True, help="tenant id of the bound scope")
-    serve.add_argument("--workspace", required=True, help="workspace id of the bound scope")
+    _scope_arguments(serve, db="the SQLite database file (created if missing)")
     serve.add_argument("--principal", required=True, help="the principal every call runs as")
     serve.add_argument("--purpose", required=True, help="the bound purpose_ref")
     serve.add_argument("--agent", default="mcp-agent", help="agent id recorded in receipts")
