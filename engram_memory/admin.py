@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 import attrs
 
 from engram_memory.context import HostBinding
-from engram_memory.errors import EngramError, ErrorCode, KeyUnavailableError, SealIntegrityError
+from engram_memory.errors import EngramError, ErrorCode
 from engram_memory.journal import VerifyReport, state_digest, verify_scope
 from engram_memory.ports import CandidateRow, SealedEnvelope
-from engram_memory.records import candidate_context
 from engram_memory.results import RequestAdmissionResult
 from engram_memory.service import MemoryService
+from engram_memory.write_path import KeyVanishedError
 
 __all__ = ["MemoryAdmin", "PendingCandidate"]
 
@@ -124,22 +123,14 @@ class MemoryAdmin:
 
     def _open_pending(self, scope: str, row: CandidateRow) -> dict[str, Any] | None:
         """A pending candidate's opened envelope; ``None`` if it left ``pending`` since it was listed."""
-        plaintext = None
-        if row.sealed is not None:
-            try:
-                plaintext = self._service.vault.open(row.sealed, candidate_context(scope, row.candidate_id))
-            except KeyUnavailableError:
-                plaintext = None  # decided or withdrawn meanwhile, or lost: a fresh view tells
-            except SealIntegrityError as exc:
-                raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="candidate envelope altered") from exc
-        if plaintext is not None:
-            envelope: dict[str, Any] = json.loads(plaintext)
-            return envelope
-        with self._service.store.read(scope) as fresh:
-            now = fresh.candidate(row.candidate_id)
-        if now is None or now.state != "pending" or now.sealed != row.sealed:
-            return None
-        raise EngramError(ErrorCode.BLOB_MISSING, detail="pending candidate key unavailable")
+        try:
+            return self._service._write.open_candidate(scope, row)  # noqa: SLF001 - same package
+        except KeyVanishedError:
+            with self._service.store.read(scope) as fresh:
+                now = fresh.candidate(row.candidate_id)
+            if now is None or now.state != "pending" or now.sealed != row.sealed:
+                return None
+            raise EngramError(ErrorCode.BLOB_MISSING, detail="pending candidate key unavailable") from None
 
     def verify(self, *, tenant_id: str, workspace_id: str) -> VerifyReport:
         """Re-derive the scope's journal chain and state; report the first bad cursor."""

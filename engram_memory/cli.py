@@ -329,6 +329,21 @@ def _changed(path: str, before: tuple[bool, FileMark]) -> bool:
     return not (had_wal and has_wal) and now != mark
 
 
+def _require_existing(db: str) -> tuple[str, str]:
+    """Exit unless ``db``, its vault and key file exist and both databases are at the current schema.
+
+    Reads only; returns the paths of the store and the vault. A command that works on an existing
+    database must never create or migrate one.
+    """
+    for path, what in ((db, "database"), (f"{db}.vault", "key vault"), (f"{db}.key", "master key file")):
+        if not _exists(path):
+            raise SystemExit(f"no {what} at {path}")
+    _sqlite_url(db)
+    _require_current_schema(db, "store", STORE_APPLICATION_ID, STORE_SCHEMA.latest)
+    _require_current_schema(f"{db}.vault", VAULT_SCHEMA.kind, VAULT_SCHEMA.application_id, VAULT_SCHEMA.latest)
+    return db, f"{db}.vault"
+
+
 @contextlib.contextmanager
 def _inspection(db: str) -> Iterator[MemoryService]:
     """An existing database opened read-only with its vault and key file; never created, migrated or written.
@@ -336,13 +351,7 @@ def _inspection(db: str) -> Iterator[MemoryService]:
     Exits with a message if a file is missing, cannot be read without writing, is at another
     schema version, or changed while it was read (then whatever was read is not trusted).
     """
-    for path, what in ((db, "database"), (f"{db}.vault", "key vault"), (f"{db}.key", "master key file")):
-        if not _exists(path):
-            raise SystemExit(f"no {what} at {path}")
-    _sqlite_url(db)
-    marks = {path: _mark(path) for path in (db, f"{db}.vault")}
-    _require_current_schema(db, "store", STORE_APPLICATION_ID, STORE_SCHEMA.latest)
-    _require_current_schema(f"{db}.vault", VAULT_SCHEMA.kind, VAULT_SCHEMA.application_id, VAULT_SCHEMA.latest)
+    marks = {path: _mark(path) for path in _require_existing(db)}
     failure: str | None = None
     try:
         store = SQLiteStore(db, read_only=True)
@@ -416,11 +425,7 @@ def _cmd_pending(options: argparse.Namespace) -> int:
 
 
 def _cmd_adjudicate(options: argparse.Namespace) -> int:
-    for path, what in ((options.db, "database"), (f"{options.db}.vault", "key vault")):
-        if not _exists(path):
-            raise SystemExit(f"no {what} at {path}")
-    _require_current_schema(options.db, "store", STORE_APPLICATION_ID, STORE_SCHEMA.latest)
-    _require_current_schema(f"{options.db}.vault", VAULT_SCHEMA.kind, VAULT_SCHEMA.application_id, VAULT_SCHEMA.latest)
+    _require_existing(options.db)
     try:
         service = connect(_sqlite_url(options.db))
     except (EngramError, PortError) as exc:

@@ -19,7 +19,7 @@ from engram_memory.errors import EngramError, ErrorCode
 if TYPE_CHECKING:
     from engram_memory.ports import Clock
 
-__all__ = ["ALL_TOOLS", "Confirmation", "HostBinding", "now_within_deadline", "scope_key", "tool_set"]
+__all__ = ["ALL_TOOLS", "Confirmation", "HostBinding", "now_within_deadline", "scope_key", "string_set", "tool_set"]
 
 ALL_TOOLS: Final = frozenset(
     {
@@ -33,6 +33,21 @@ ALL_TOOLS: Final = frozenset(
 )
 
 
+def string_set(items: Iterable[str], what: str) -> frozenset[str]:
+    """``items`` as a frozen set of strings; ``what`` names them in the error.
+
+    Raises:
+        TypeError: ``items`` is a single ``str`` or ``bytes`` (an iterable of characters), or holds
+            something other than a ``str``.
+    """
+    if isinstance(items, str | bytes):
+        raise TypeError(f"{what} must be a collection, not a single string")
+    names = frozenset(items)
+    if not all(isinstance(name, str) for name in names):
+        raise TypeError(f"{what} must be strings")
+    return names
+
+
 def tool_set(tools: Iterable[str]) -> frozenset[str]:
     """``tools`` as a set of tool names; a lone string, or a name not in :data:`ALL_TOOLS`, is refused.
 
@@ -43,11 +58,7 @@ def tool_set(tools: Iterable[str]) -> frozenset[str]:
         TypeError: ``tools`` is a ``str`` or ``bytes``, or holds something other than a ``str``.
         ValueError: a name is not one of the six tools.
     """
-    if isinstance(tools, str | bytes):
-        raise TypeError("tools must be a collection of tool names, not a single string")
-    names = frozenset(tools)
-    if not all(isinstance(name, str) for name in names):
-        raise TypeError("tools must be tool names (str)")
+    names = string_set(tools, "tool names")
     if not names <= ALL_TOOLS:
         raise ValueError(f"unknown tool names: {sorted(names - ALL_TOOLS)}; the tools are {sorted(ALL_TOOLS)}")
     return names

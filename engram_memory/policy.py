@@ -8,7 +8,7 @@ from typing import Literal
 
 import attrs
 
-from engram_memory.context import ALL_TOOLS, HostBinding, tool_set
+from engram_memory.context import ALL_TOOLS, HostBinding, string_set, tool_set
 from engram_memory.ports import TRUST_CLASSES, AdmissionDecision, AdmissionRequest, CaptureConstraints
 
 __all__ = ["DefaultPolicy"]
@@ -20,13 +20,8 @@ _DECISIONS: dict[str, Literal["accept", "reject", "adjudication_required"]] = {
 }
 
 
-def _str_set(items: Iterable[str]) -> frozenset[str]:
-    if isinstance(items, str | bytes):
-        raise TypeError("expected a collection of strings, not a single string")
-    names = frozenset(items)
-    if not all(isinstance(name, str) for name in names):
-        raise TypeError("expected strings")
-    return names
+def _family_refs(items: Iterable[str]) -> frozenset[str]:
+    return string_set(items, "family refs")
 
 
 _BOOL = attrs.validators.instance_of(bool)
@@ -77,7 +72,7 @@ class DefaultPolicy:
     max_retention: timedelta | None = attrs.field(
         default=timedelta(days=365), validator=attrs.validators.instance_of((timedelta, type(None)))
     )
-    family_refs: frozenset[str] = attrs.field(default=frozenset(), converter=_str_set)
+    family_refs: frozenset[str] = attrs.field(default=frozenset(), converter=_family_refs)
     redaction: tuple[str, ...] | None = attrs.field(default=None, converter=_sorted_pointers)
     tools: frozenset[str] = attrs.field(default=ALL_TOOLS, converter=tool_set)
     trust: Literal["asserted", "earned", "signed"] = attrs.field(

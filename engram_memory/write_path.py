@@ -303,7 +303,7 @@ class WritePath:
                     raise
                 if row.state == "admitted":
                     return self._duplicate_admission(binding, row, key, intent)
-                opened = self._open_candidate(scope, row)
+                opened = self.open_candidate(scope, row)
                 completed = opened["payload"]
                 payload_digest = digest(Domain.PAYLOAD, completed)
                 record = build_record(
@@ -317,7 +317,7 @@ class WritePath:
                 if record["record_digest"] != row.record_digest:
                     raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="candidate does not re-derive")
                 forgotten = reader.is_tombstoned_payload(payload_digest)
-        except _KeyVanishedError as vanished:
+        except KeyVanishedError as vanished:
             raise self._vanished_key_error(scope, vanished.row) from vanished.__cause__
         policy_changed = row.policy_id != self._policy.policy_id or row.policy_version != self._policy.policy_version
         if decide is None and policy_changed:
@@ -423,20 +423,21 @@ class WritePath:
         committed, replayed = self._guard.commit_mutation(binding, key, intent, None, lambda _unit, _attempt: value)
         return from_json(RequestAdmissionResult, {**committed, "replayed": replayed})
 
-    def _open_candidate(self, scope: str, row: CandidateRow) -> dict[str, Any]:
+    def open_candidate(self, scope: str, row: CandidateRow) -> dict[str, Any]:
         """The opened envelope of a pending candidate.
 
         Raises:
             EngramError: ``BLOB_MISSING`` (no envelope) or ``JOURNAL_CORRUPT`` (the envelope does
                 not authenticate).
-            _KeyVanishedError: the key is gone (see :meth:`_vanished_key_error`).
+            KeyVanishedError: the key is gone (see :meth:`_vanished_key_error`): a racing decision or
+                withdraw, or a lost key; a fresh view tells which.
         """
         if row.sealed is None:
             raise EngramError(ErrorCode.BLOB_MISSING, detail="pending candidate has no envelope")
         try:
             plaintext = self._vault.open(row.sealed, candidate_context(scope, row.candidate_id))
         except KeyUnavailableError as exc:
-            raise _KeyVanishedError(row) from exc
+            raise KeyVanishedError(row) from exc
         except SealIntegrityError as exc:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="candidate envelope altered") from exc
         opened: dict[str, Any] = json.loads(plaintext)
@@ -704,7 +705,7 @@ class WritePath:
             ) from exc
 
 
-class _KeyVanishedError(Exception):
+class KeyVanishedError(Exception):
     """A pending candidate's key was not in the vault (a racing erasure, or a lost key)."""
 
     def __init__(self, row: CandidateRow) -> None:
