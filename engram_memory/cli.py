@@ -33,6 +33,7 @@ from typing import Any
 
 import attrs
 
+from engram_memory.adapters import MCP_EXTRA
 from engram_memory.admin import MemoryAdmin
 from engram_memory.clock import ManualClock, SystemClock
 from engram_memory.connect import connect
@@ -454,9 +455,7 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
 
         from engram_memory.adapters.mcp import serve_stdio  # noqa: PLC0415 - optional extra
     except ImportError:
-        raise SystemExit(
-            "serve-mcp needs the MCP extra: pip install 'engram-memory-core[mcp]' (from a clone: pip install '.[mcp]')"
-        ) from None
+        raise SystemExit(f"serve-mcp needs {MCP_EXTRA}") from None
     policy = DefaultPolicy(admission=options.admission)
     url = _sqlite_url(options.db)
     if not _exists(Path(options.db).parent):

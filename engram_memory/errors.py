@@ -11,6 +11,10 @@ Three families, deliberately separate:
   end up inside an envelope.
 * Port errors (:class:`PortError` and subclasses) — raised by Store / KeyVault / Policy / Ranker
   adapters after translating their driver's exceptions; the service maps them to codes.
+
+``EngramError`` and ``ProtocolError`` both answer ``public_message``: the constant text that may
+leave the process (the envelope's ``error.message``, or the JSON-RPC error's ``message``), equal to
+``str(error)``. ``ProtocolError.message`` is the same text under its JSON-RPC name.
 """
 
 from __future__ import annotations
@@ -147,9 +151,9 @@ PUBLIC_MESSAGES: Final[dict[ErrorCode, str]] = {
 class EngramError(Exception):
     """A memory-level failure; safe to put in an envelope.
 
-    ``code`` decides ``retriable`` (through :data:`RETRIABLE`) and ``message`` (through
-    :data:`PUBLIC_MESSAGES`). ``pointer`` optionally names the offending argument as an RFC 6901
-    JSON pointer; it is for logs and tests, never for the wire.
+    ``code`` decides ``retriable`` (through :data:`RETRIABLE`) and ``public_message``, the
+    envelope's ``error.message`` (through :data:`PUBLIC_MESSAGES`). ``pointer`` optionally names
+    the offending argument as an RFC 6901 JSON pointer; it is for logs and tests, never for the wire.
     """
 
     code: ErrorCode
@@ -189,7 +193,10 @@ class JsonRpcCode(enum.IntEnum):
 class ProtocolError(Exception):
     """Not a memory answer: the transport should send a JSON-RPC error and the agent should stop.
 
-    Deliberately not an :class:`EngramError`, so it can never become an envelope.
+    Deliberately not an :class:`EngramError`, so it can never become an envelope. ``message`` and
+    ``public_message`` are the same constant text (:attr:`MESSAGES` of the code): ``message`` is
+    the JSON-RPC name, ``public_message`` the one :class:`EngramError` answers too. The detail goes
+    to ``__notes__``, never to either.
     """
 
     MESSAGES: ClassVar[dict[JsonRpcCode, str]] = {
@@ -206,6 +213,11 @@ class ProtocolError(Exception):
     @property
     def message(self) -> str:
         """The constant JSON-RPC error message."""
+        return self.MESSAGES[self.code]
+
+    @property
+    def public_message(self) -> str:
+        """The same constant text as :attr:`message`, under the name :class:`EngramError` uses."""
         return self.MESSAGES[self.code]
 
     @classmethod

@@ -1,8 +1,11 @@
 """Serve a :class:`~engram_memory.MemoryService` as an MCP server (official Python SDK, v2).
 
-Needs the ``mcp`` extra (``engram-memory-core[mcp]``, ``mcp>=2,<3``); the core never imports this
-module. It is deliberately thin: the tool descriptors, the argument validation and the envelope
-all come from the core as plain dicts, and this module only wraps them in SDK types.
+Needs the ``mcp`` extra (``mcp>=2,<3`` and ``anyio``; ``pip install ".[mcp]"`` from a clone); the
+core never imports this module. Importing it without the extra raises :class:`ModuleNotFoundError`
+(``.name`` is the missing module) whose message says how to install the extra.
+
+It is deliberately thin: the tool descriptors, the argument validation and the envelope all come
+from the core as plain dicts, and this module only wraps them in SDK types.
 
 It uses the SDK's low-level :class:`mcp.server.lowlevel.Server`, never the decorator API
 (``MCPServer.tool()``): that API derives its own schemas from type hints, coerces ``"10"`` to
@@ -49,18 +52,25 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final, TypeAlias
 
-import anyio.to_thread
-import mcp.types as mcp_types
-from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
-from mcp.shared.exceptions import MCPError
-
 from engram_memory._version import __version__
+from engram_memory.adapters import MCP_EXTRA
 from engram_memory.context import HostBinding
 from engram_memory.errors import JsonRpcCode, ProtocolError
 from engram_memory.service import MemoryService
 from engram_memory.wire.envelope import to_mcp_call_result
+
+try:
+    import anyio.to_thread
+    import mcp.types as mcp_types
+    from mcp.server.context import ServerRequestContext
+    from mcp.server.lowlevel import Server
+    from mcp.server.stdio import stdio_server
+    from mcp.shared.exceptions import MCPError
+except ImportError as exc:  # the extra is not installed (or is another SDK version)
+    _message = f"{__name__} needs {MCP_EXTRA} ({exc})"
+    if isinstance(exc, ModuleNotFoundError):  # stays one, so pytest.importorskip still skips
+        raise ModuleNotFoundError(_message, name=exc.name, path=exc.path) from exc
+    raise ImportError(_message, name=exc.name, path=exc.path) from exc
 
 __all__ = [
     "DEFAULT_SERVER_NAME",
@@ -105,7 +115,7 @@ def _wire_errors(method: str) -> Iterator[None]:
     except MCPError:
         raise
     except ProtocolError as error:
-        raise MCPError(int(error.code), error.message) from error
+        raise MCPError(int(error.code), error.public_message) from error
     except Exception as error:
         _log.exception("MCP %s handler failed", method)
         raise MCPError(int(JsonRpcCode.INTERNAL_ERROR), INTERNAL_ERROR_MESSAGE) from error
