@@ -65,6 +65,7 @@ import attrs  # noqa: E402 - after the path fix-up, so the benchmark runs from a
 import rfc8785  # noqa: E402
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: E402
 
+import engram_memory  # noqa: E402
 from engram_memory import Confirmation, DefaultPolicy, HostBinding, MemoryService, connect  # noqa: E402
 from engram_memory.canonical import canonical_bytes  # noqa: E402
 from engram_memory.ports import RankingQuery  # noqa: E402
@@ -107,8 +108,11 @@ SEARCH_CLASS_BUDGET_S = (4.0, 15.0)
 
 
 def _load_corpus() -> ModuleType:
-    """``engram_memory/testing/corpus.py`` without importing ``engram_memory.testing`` (pytest)."""
-    path = REPO / "engram_memory" / "testing" / "corpus.py"
+    """``engram_memory/testing/corpus.py`` without importing ``engram_memory.testing`` (pytest).
+
+    Read from the package as imported: the checkout, or an installed wheel.
+    """
+    path = Path(engram_memory.__file__).resolve().parent / "testing" / "corpus.py"
     spec = importlib.util.spec_from_file_location("engram_benchmark_corpus", path)
     if spec is None or spec.loader is None:  # pragma: no cover
         raise ImportError(path)

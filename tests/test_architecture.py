@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "engram_memory"
+import engram_memory
+
+PACKAGE = Path(engram_memory.__file__).resolve().parent
+"""The package as imported: the source tree, or the installed wheel when CI tests the wheel."""
 FORBIDDEN_MODULES = frozenset({"sqlite3", "psycopg", "psycopg2", "mcp", "pytest", "hypothesis", "_pytest"})
 SYSTEM_TIME_CALLS = frozenset({"now", "utcnow", "today"})
 

@@ -100,6 +100,7 @@ def test_serve_mcp_on_a_foreign_sqlite_file_names_the_refusal(tmp_path: Path) ->
     assert exit_.code == f"cannot open {tmp_path / 'crm.db'}: not an engram-memory store database"
 
 
+@pytest.mark.usefixtures("mcp_extra")
 @pytest.mark.parametrize(
     ("flag", "value"),
     [("--principal", "alice\udcff"), ("--tenant", ""), ("--workspace", "Ame\u0301lie"), ("--agent", "")],

@@ -194,6 +194,7 @@ def test_a_file_that_changes_while_it_is_read_without_a_log_is_not_reported(
 
 _AS_NOBODY = """
 import gettext, locale, os, pwd, sys  # argparse imports the first two late
+import urllib.parse  # pathlib (3.13) imports it late; nobody may not read the interpreter's own files
 from engram_memory.cli import main
 if os.geteuid() == 0:  # root bypasses file permissions: drop to nobody, after the imports
     nobody = pwd.getpwnam("nobody")

@@ -281,6 +281,10 @@ def test_a_forked_process_never_reuses_its_parents_reserved_keys(
         assert child.key_ref not in reserved
         assert child.key_ref != parent.key_ref
         assert vault.open(child, CONTEXT) == b"child"
+        inherited = list(vault._inherited)
+    assert len(inherited) == 1  # the "parent's" connection, kept and never used by the child
+    for connection in inherited:  # one process plays both here: the parent closes its own
+        connection.close()
 
 
 def test_the_reserve_size_is_checked(vault_path: Path) -> None:
