@@ -246,7 +246,17 @@ class EligibleDocument(NamedTuple):
 
 
 class StoreReader(Protocol):
-    """A consistent read view of one scope. Nothing read here belongs to another scope."""
+    """A consistent read view of one scope. Nothing read here belongs to another scope.
+
+    A view reads one snapshot of committed state: every method answers from the same state,
+    whatever other threads (or processes) commit meanwhile, and no write of a unit of work that
+    is open on another thread, or that rolled back, shows in it. (``InMemoryStore`` makes writers
+    on other threads wait while a view is open; ``SQLiteStore`` reads a WAL snapshot and lets
+    them commit.) What a view shows of a unit that its own thread opens while the view is open
+    is not specified, as the service never does it: ``InMemoryStore``'s view shows the unit's
+    writes, ``SQLiteStore``'s does not. A :class:`UnitOfWork` is also a reader: it sees the
+    committed state plus its own writes.
+    """
 
     def high_water(self) -> int:
         """The scope's last journal cursor, ``0`` when the journal is empty."""
@@ -289,11 +299,21 @@ class StoreReader(Protocol):
         ...
 
     def index_stats(self) -> IndexStats:
-        """Statistics over the indexed (``accepted_current``) documents of the scope."""
+        """Statistics over every indexed document of the scope.
+
+        The store counts what is indexed, whatever its record row's state: the service indexes only
+        ``accepted_current`` records, and ``verify`` checks the count against :meth:`indexed_ids`.
+        """
         ...
 
     def postings(self, term: str) -> Sequence[Posting]:
-        """Every indexed record of the scope containing ``term``, ordered by record id."""
+        """Every indexed record of the scope containing ``term``, ordered by record id.
+
+        Required, but the library itself never calls it: it is the reference form of the index,
+        against which the conformance kits check what production reads (:meth:`term_postings`
+        resolved by :meth:`index_entries`, and :meth:`index_stats`). The ranker and ``verify`` use
+        only those fast forms.
+        """
         ...
 
     def term_postings(self, term: str) -> TermPostings:
@@ -328,19 +348,21 @@ class StoreReader(Protocol):
         ...
 
     def indexed_ids(self) -> Iterator[str]:
-        """Ids of every indexed record of the scope, ordered."""
+        """Ids of every indexed record of the scope, sorted."""
         ...
 
     def doomed_keys(self) -> list[str]:
-        """Key refs whose destruction was committed but not yet confirmed by the vault."""
+        """Key refs whose destruction was committed but not yet confirmed by the vault, sorted."""
         ...
 
 
 class UnitOfWork(StoreReader, Protocol):
     """One atomic mutation of one scope: all of its writes commit together or none do.
 
-    Reads see the unit's own writes. Leaving the ``with`` block normally commits; an exception
-    rolls everything back and propagates.
+    Reads see the committed state plus the unit's own writes; no other unit of the scope runs
+    until this one ends (:meth:`Store.write`), so what it reads stays true until it commits.
+    Leaving the ``with`` block normally commits; an exception rolls everything back and
+    propagates. Nothing the unit wrote shows in a view on another thread before its commit.
     """
 
     def append_event(self, event: JournalEvent) -> None:
@@ -408,10 +430,23 @@ class Store(Protocol):
 
     Each mutation runs in exactly one :meth:`write` unit of work; reads run in :meth:`read`
     views and never write.
+
+    One store object serves every thread of the process: a ``MemoryService`` calls it from
+    whichever threads call the service, so any method may run on any thread at the same time as
+    the others. Units of work on one scope are serialised (see :meth:`write`); a view is a
+    consistent snapshot of committed state (see :class:`StoreReader`). Views and units on
+    different threads may run at the same time (``SQLiteStore``: views never wait for writers) or
+    take turns (``InMemoryStore``: one lock for both); either is conformant. The service uses each
+    view and unit on the thread that opened it, within one call.
     """
 
     def read(self, scope: str) -> AbstractContextManager[StoreReader]:
         """A consistent read view of ``scope``, usable only inside its ``with`` block.
+
+        The service never opens a view on a thread that has a unit of work open, so what such a
+        view does is left to the store: ``InMemoryStore`` refuses it with
+        ``StoreUnavailableError``; ``SQLiteStore`` gives a view of the committed state, without
+        the open unit's writes.
 
         Raises:
             StoreUnavailableError: the view cannot be opened now (retriable), or (from any of its
@@ -420,10 +455,18 @@ class Store(Protocol):
         ...
 
     def write(self, scope: str) -> AbstractContextManager[UnitOfWork]:
-        """A unit of work on ``scope`` (serialised with every other writer of the scope).
+        """A unit of work on ``scope``, serialised with every other writer of the scope.
+
+        While a unit of the scope is open, another writer (on another thread, or in another
+        process for a store that several processes open) waits until it has committed or rolled
+        back; a store may give up after a timeout of its own and raise ``StoreUnavailableError``
+        before anything is written. ``InMemoryStore`` waits without limit; ``SQLiteStore`` waits
+        for its busy timeout (5 s by default). A store may serialise more than one scope at a
+        time (both reference stores serialise every writer of the store).
 
         Usable only inside its ``with`` block; a unit of work opened while the same thread has
-        one open never commits.
+        one open never commits: it raises ``StoreUnavailableError``, at once (``InMemoryStore``)
+        or after the store's timeout (``SQLiteStore``).
 
         Raises:
             StoreUnavailableError: the store cannot start or commit now (retriable), or (from any
@@ -441,7 +484,13 @@ class Store(Protocol):
         ...
 
     def close(self) -> None:
-        """Release resources; idempotent."""
+        """Release resources; idempotent.
+
+        Afterwards each method either works as before or raises ``StoreUnavailableError``, never
+        another exception. ``InMemoryStore`` has nothing to release and keeps working;
+        ``SQLiteStore`` refuses :meth:`read`, :meth:`write` and :meth:`scopes`. Both still answer
+        :meth:`secret` with the same bytes.
+        """
         ...
 
 
@@ -461,6 +510,20 @@ class KeyVault(Protocol):
     retriable answer (``STORE_UNAVAILABLE``, or ``MUTATION_OUTCOME_UNKNOWN`` once a mutation's
     commit may have happened). Any other exception counts as a defect of the vault (a
     non-retriable ``CAPABILITY_UNAVAILABLE`` on a read).
+
+    One vault object serves every thread of the process, so ``seal``, ``open`` and ``destroy``
+    may run at the same time on any threads. Each ``seal`` returns an envelope under a key ref no
+    other ``seal`` returned. The envelope opens on every thread from the moment ``seal`` returns
+    until ``destroy`` is called on its key, and never once that destruction is done (``destroy``
+    returned or, for a vault that schedules destruction, the scheduled destruction ran). A
+    ``destroy`` affects only the keys it names, whatever is sealed or opened meanwhile. (Both
+    reference vaults hold one lock around their keys: ``SQLiteKeyVault`` around its one
+    connection.)
+
+    A vault may also have a ``close()`` method, which the protocol does not name:
+    ``MemoryService.close()`` looks it up (``getattr``) and calls it, after closing the store, if
+    it is there (``SQLiteKeyVault`` has one; it releases the file). A vault shared by several
+    services is therefore closed by the first of them to close.
     """
 
     @property

@@ -13,17 +13,21 @@ or exception text. By default it returns ``None`` and only plaintext leaks are c
 ``complete_destruction`` must return a callable that carries out scheduled destructions (drain a
 queue, advance a fake clock) when the vault's ``destroys_synchronously`` is false: the suite then
 checks that destroyed keys are gone, and fails a scheduling vault that does not provide it.
+One test runs several threads on one vault; none asserts how long anything takes.
 """
 
 from __future__ import annotations
 
 import base64
+import threading
+import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import attrs
 import pytest
 
-from engram_memory.errors import KeyUnavailableError, SealIntegrityError
+from engram_memory.errors import KeyUnavailableError, SealIntegrityError, StoreUnavailableError
 from engram_memory.ports import KeyVault, SealedEnvelope
 
 __all__ = ["CompleteDestruction", "KeyMaterial", "KeyVaultConformance", "finish_destruction"]
@@ -49,6 +53,91 @@ def finish_destruction(vault: KeyVault, complete_destruction: CompleteDestructio
     if complete_destruction is None:
         pytest.fail("a vault that schedules destruction must provide the complete_destruction fixture")
     complete_destruction(vault)
+
+
+_THREADS = 4
+"""Threads sharing one vault in the concurrency test."""
+_SEALS = 12
+"""Envelopes each thread seals; every third is destroyed by its thread."""
+_ATTEMPTS = 200
+"""Attempts at a call the vault refuses with ``StoreUnavailableError`` (a retriable outage)."""
+
+_T = TypeVar("_T")
+
+
+def _retried(call: Callable[[], _T]) -> _T:
+    """``call()``, again while the vault answers ``StoreUnavailableError`` (as the service's caller would)."""
+    for _ in range(_ATTEMPTS - 1):
+        try:
+            return call()
+        except StoreUnavailableError:
+            time.sleep(0)
+    return call()
+
+
+class _Sealers:
+    """Threads that seal, open and destroy at once on one vault, and what each sealed.
+
+    Each thread seals ``_SEALS`` plaintexts of its own, opens each at once, and destroys every
+    third key (one call each, then a last call with several of them and an unknown ref); the
+    envelopes it keeps are published, and the thread opens the latest ones the other threads
+    published. For a vault that destroys synchronously, a destroyed envelope must no longer open
+    on its thread. A call the vault refuses with ``StoreUnavailableError`` is retried.
+    """
+
+    def __init__(self, vault: KeyVault) -> None:
+        self.vault = vault
+        self.kept: list[tuple[int, SealedEnvelope, str, bytes]] = []
+        self.destroyed: list[tuple[SealedEnvelope, str]] = []
+        self.failures: list[str] = []
+        self._lock = threading.Lock()
+        self._start = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(_THREADS)]
+
+    def run(self) -> None:
+        for thread in self._threads:
+            thread.start()
+        self._start.set()
+        for thread in self._threads:
+            thread.join()
+
+    def _run(self, n: int) -> None:
+        self._start.wait()
+        try:
+            self._seal_open_destroy(n)
+        except BaseException as exc:  # noqa: BLE001 - every failure is reported by the test
+            with self._lock:
+                self.failures.append(f"thread {n}: {exc!r}")
+
+    def _seal_open_destroy(self, n: int) -> None:
+        doomed: list[tuple[SealedEnvelope, str]] = []
+        for index in range(_SEALS):
+            context = f"sha256:{n:02x}{index:02x}" + "ef" * 30
+            plaintext = f'{{"thread":{n},"seal":{index}}}'.encode()
+            envelope = _retried(lambda: self.vault.seal(context, plaintext))  # noqa: B023 - called at once
+            time.sleep(0)  # let the other threads run between the steps
+            assert _retried(lambda: self.vault.open(envelope, context)) == plaintext, (  # noqa: B023
+                "an envelope opens right after its seal"
+            )
+            if index % 3 == 0:
+                doomed.append((envelope, context))
+                if index < _SEALS - 3:
+                    _retried(lambda: self.vault.destroy(envelope.key_ref))  # noqa: B023
+                    if self.vault.destroys_synchronously:
+                        with pytest.raises(KeyUnavailableError):
+                            _retried(lambda: self.vault.open(envelope, context))  # noqa: B023
+            else:
+                with self._lock:
+                    self.kept.append((n, envelope, context, plaintext))
+                    others = [item[1:] for item in self.kept if item[0] != n][-3:]
+                for other, other_context, other_plaintext in others:
+                    opened = _retried(lambda: self.vault.open(other, other_context))  # noqa: B023
+                    assert opened == other_plaintext, "another thread's envelope opens"
+            time.sleep(0)
+        refs = [envelope.key_ref for envelope, _ in doomed]
+        _retried(lambda: self.vault.destroy(*refs, f"{refs[0]}-unknown"))
+        with self._lock:
+            self.destroyed += doomed
 
 
 def _flip(data: bytes, position: int) -> bytes:
@@ -192,6 +281,28 @@ class KeyVaultConformance:
         with pytest.raises(KeyUnavailableError):
             vault.open(doomed, CONTEXT)
         assert vault.open(kept, OTHER_CONTEXT) == b"kept"
+
+    def test_concurrent_seals_opens_and_destroys_keep_every_key_apart(
+        self, vault: KeyVault, complete_destruction: CompleteDestruction | None
+    ) -> None:
+        """Four threads seal, open and destroy at once: distinct keys, and each envelope opens until destroyed.
+
+        Every envelope opens right after its seal and, from other threads, while its key lives;
+        afterwards every key ref is distinct, every kept envelope still opens to its plaintext and
+        no destroyed one opens (after the scheduled destruction, for a vault that schedules it).
+        """
+        sealers = _Sealers(vault)
+        sealers.run()
+        assert sealers.failures == [], sealers.failures
+        refs = [item[1].key_ref for item in sealers.kept] + [envelope.key_ref for envelope, _ in sealers.destroyed]
+        assert len(refs) == _THREADS * _SEALS
+        assert len(set(refs)) == len(refs), "two seals returned the same key ref"
+        finish_destruction(vault, complete_destruction)
+        for _, envelope, context, plaintext in sealers.kept:
+            assert vault.open(envelope, context) == plaintext
+        for envelope, context in sealers.destroyed:
+            with pytest.raises(KeyUnavailableError):
+                vault.open(envelope, context)
 
     def test_every_seal_uses_a_fresh_key_and_nonce(self, vault: KeyVault) -> None:
         """Two seals of the same plaintext give different key refs, nonces and ciphertexts."""

@@ -11,19 +11,25 @@ Bind it with one fixture::
 
 Optional behaviours are capability fixtures: override ``persists_across_reopen`` to return
 ``True`` and ``reopen`` to return a callable that opens a second store over the same data.
-Only port-level behaviour and port exceptions are asserted.
+Only port-level behaviour and port exceptions are asserted. Some tests run several threads on
+one store; none asserts how long anything takes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import threading
+import time
 from collections.abc import Callable, Iterable
+from contextlib import ExitStack, suppress
 from typing import Any
 
 import attrs
 import pytest
 
 from engram_memory.context import scope_key
-from engram_memory.errors import StoreConflictError, StoreUnavailableError
+from engram_memory.errors import StoreConflictError, StoreOutcomeUnknownError, StoreUnavailableError
 from engram_memory.journal import build_event
 from engram_memory.ports import (
     FIELDS,
@@ -209,6 +215,170 @@ def _snapshot(reader: StoreReader, tags: Iterable[str] = _PROBE_TAGS) -> dict[st
     }
 
 
+_THREADS = 4
+"""Threads sharing one store in the concurrency tests."""
+_UNITS = 20
+"""Units of work each writing thread runs."""
+_ABORT_EVERY = 5
+"""Every fifth unit of a thread raises after its writes: it must leave nothing."""
+_ATTEMPTS = 200
+"""Attempts a writing thread makes at a unit refused with a retriable error before it reports it."""
+
+
+def _pause() -> None:
+    """Let other threads run here (``sleep(0)`` releases the GIL): widens any race in the store."""
+    time.sleep(0)
+
+
+def _tag_digest(tag: str) -> str:
+    return "sha256:" + hashlib.sha256(tag.encode()).hexdigest()
+
+
+def _write_tagged(unit: UnitOfWork, tag: str, cursor: int) -> None:
+    """The writes of one tagged unit (after its event at ``cursor``): a candidate, a binding, an indexed record."""
+    unit.put_candidate(_candidate(f"candidate-{tag}", cursor=cursor))
+    _pause()
+    unit.put_idempotency("principal-1", f"key-{tag}", IdempotencyRow(intent_digest=_tag_digest(tag), response=b"{}"))
+    _pause()
+    _index_with_rows(unit, [_document(f"mem_{tag}", {"shared": _freq(primary=1), f"word{tag}": _freq(context=2)})])
+
+
+def _tagged_event(cursor: int, tag: str) -> JournalEvent:
+    return JournalEvent(cursor=cursor, event_digest=_tag_digest(tag), body=f'{{"tag":"{tag}"}}'.encode())
+
+
+class _Writers:
+    """Threads that each run ``_UNITS`` tagged units on one scope, and what became of every unit.
+
+    A unit appends the scope's next event (its ``event_digest`` names the unit's tag) and writes
+    :func:`_write_tagged`; every ``_ABORT_EVERY``-th unit then raises, so it must leave nothing.
+    A *reading* thread takes the cursor inside the unit (``high_water() + 1``, as the service
+    does); a *guessing* thread takes it from a read view opened just before the unit and writes
+    its rows before appending, so a writer that won meanwhile makes ``append_event`` conflict
+    and the whole unit roll back. Both retry a unit refused with ``StoreConflictError`` or
+    ``StoreUnavailableError``, as the service does; a unit is *acknowledged* once its ``with``
+    block exited without an exception.
+    """
+
+    def __init__(self, store: Store, scope: str, threads: int, *, guessing: bool) -> None:
+        self.store, self.scope = store, scope
+        self.acknowledged: list[str] = []
+        self.aborted: list[str] = []
+        self.unknown: list[str] = []
+        self.failures: list[str] = []
+        self.retries = 0
+        self._lock = threading.Lock()
+        self._start = threading.Event()
+        self.done = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, args=(n, guessing and n % 2 == 1), daemon=True) for n in range(threads)
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+        self._start.set()
+
+    def join(self) -> None:
+        for thread in self._threads:
+            thread.join()
+        self.done.set()
+
+    def _note(self, outcome: list[str], item: str) -> None:
+        with self._lock:
+            outcome.append(item)
+
+    def _run(self, n: int, guess: bool) -> None:
+        self._start.wait()
+        for index in range(_UNITS):
+            tag = f"t{n}u{index:02d}"
+            abort = index % _ABORT_EVERY == _ABORT_EVERY - 1
+            try:
+                self._commit(tag, guess=guess, abort=abort)
+            except BaseException as exc:  # noqa: BLE001 - every failure is reported by the test
+                self._note(self.failures, f"{tag}: {exc!r}")
+                return
+
+    def _commit(self, tag: str, *, guess: bool, abort: bool) -> None:
+        for _ in range(_ATTEMPTS):
+            try:
+                self._attempt(tag, guess=guess, abort=abort)
+            except _AbortUnitError:
+                self._note(self.aborted, tag)
+                return
+            except StoreOutcomeUnknownError:
+                self._note(self.unknown, tag)
+                return
+            except (StoreConflictError, StoreUnavailableError):
+                with self._lock:
+                    self.retries += 1
+                _pause()
+                continue
+            self._note(self.acknowledged, tag)
+            return
+        self._note(self.failures, f"{tag}: still refused after {_ATTEMPTS} attempts")
+
+    def _attempt(self, tag: str, *, guess: bool, abort: bool) -> None:
+        if guess:
+            with self.store.read(self.scope) as reader:
+                cursor = reader.high_water() + 1
+            _pause()
+            with self.store.write(self.scope) as unit:
+                _write_tagged(unit, tag, cursor)
+                _pause()
+                unit.append_event(_tagged_event(cursor, tag))
+                if abort:
+                    raise _AbortUnitError
+            return
+        with self.store.write(self.scope) as unit:
+            cursor = unit.high_water() + 1
+            _pause()
+            unit.append_event(_tagged_event(cursor, tag))
+            _pause()
+            _write_tagged(unit, tag, cursor)
+            if abort:
+                raise _AbortUnitError
+
+
+def _tag_of(event: JournalEvent) -> str:
+    return str(json.loads(event.body)["tag"])
+
+
+def _check_view(reader: StoreReader) -> list[JournalEvent]:
+    """Check that everything one view reports agrees with its journal; return the journal.
+
+    Reads are spaced by pauses, so a store whose view is not one snapshot shows a unit that
+    committed (or rolled back) between two of them.
+    """
+    high = reader.high_water()
+    _pause()
+    last = reader.last_event_digest()
+    _pause()
+    events = list(reader.events())
+    _pause()
+    candidates = [row.candidate_id for row in reader.candidates()]
+    _pause()
+    indexed = list(reader.indexed_ids())
+    _pause()
+    stats = reader.index_stats()
+    _pause()
+    cursors = [event.cursor for event in events]
+    assert cursors == list(range(1, high + 1)), f"a view's journal is not dense up to high_water {high}: {cursors}"
+    assert last == (events[-1].event_digest if events else None), "last_event_digest is not the last event's"
+    tags = [_tag_of(event) for event in events]
+    assert all(event.event_digest == _tag_digest(tag) for event, tag in zip(events, tags, strict=True))
+    assert candidates == sorted(f"candidate-{tag}" for tag in tags), (
+        f"a view's candidates are not those of its journal: {candidates} for units {tags}"
+    )
+    assert indexed == sorted(f"mem_{tag}" for tag in tags), (
+        f"a view's indexed ids are not those of its journal: {indexed} for units {tags}"
+    )
+    assert stats.documents == high, f"a view counts {stats.documents} indexed documents for {high} units"
+    again = reader.high_water()
+    assert again == high, f"high_water moved from {high} to {again} within one view"
+    return events
+
+
 class StoreConformance:
     """The Store suite. Subclass it and override the ``store`` fixture."""
 
@@ -271,6 +441,39 @@ class StoreConformance:
                 assert _snapshot(reader) == before
         finally:
             again.close()
+
+    def test_after_close_a_method_works_as_before_or_is_unavailable(self, store: Store) -> None:
+        """After ``close``, each store method raises StoreUnavailableError or works as before.
+
+        ``read``, ``write``, ``scopes`` and ``secret`` never raise another exception (a driver's
+        "closed" error is translated at the edge), and a write that a closed store still
+        acknowledges is then read back like any other.
+        """
+        before = _populated(store)
+        secret = store.secret()
+        store.close()
+        with ExitStack() as stack:
+            try:
+                reader = stack.enter_context(store.read(SCOPE_A))
+            except StoreUnavailableError:
+                pass
+            else:
+                assert _snapshot(reader) == before, "a closed store that still reads reads what it held"
+        with suppress(StoreUnavailableError):
+            assert store.scopes() == [SCOPE_A]
+        with suppress(StoreUnavailableError):
+            assert store.secret() == secret
+        try:
+            with store.write(SCOPE_A) as unit:
+                _populate(unit, "b")
+        except StoreUnavailableError:
+            return
+        with ExitStack() as stack:
+            try:
+                reader = stack.enter_context(store.read(SCOPE_A))
+            except StoreUnavailableError:
+                return
+            assert _snapshot(reader)["candidate"]["b"] == _candidate("candidate-b"), "an acknowledged write is lost"
 
     # ------------------------------------------------------------------ journal
 
@@ -869,6 +1072,92 @@ class StoreConformance:
             assert list(reader.indexed_ids()) == ["mem_b"]
             assert reader.index_stats().documents == 1
             assert tuple(reader.index_stats().total_lengths) == kept.lengths
+
+    # ------------------------------------------------------------------ threads
+
+    def test_concurrent_writers_of_one_scope_lose_no_acknowledged_unit(self, store: Store) -> None:
+        """Four threads write one scope at once: the journal is dense and holds exactly the acknowledged units.
+
+        Two threads take the next cursor inside their unit; two take it from a view read just
+        before, so a writer that won meanwhile makes their ``append_event`` conflict; both retry
+        a refused unit (``StoreConflictError``, ``StoreUnavailableError``). Every fifth unit raises
+        after its writes. Afterwards the journal is cursors 1..K with no gap or repeat, and its
+        events are exactly the acknowledged units, each with its candidate (at the same cursor),
+        binding and index entry; nothing of a rolled-back or refused attempt remains.
+        """
+        writers = _Writers(store, SCOPE_A, _THREADS, guessing=True)
+        writers.start()
+        writers.join()
+        assert writers.failures == [], writers.failures
+        tried = writers.acknowledged + writers.aborted + writers.unknown
+        assert len(tried) == _THREADS * _UNITS
+        with store.read(SCOPE_A) as reader:
+            events = list(reader.events())
+            created = {row.candidate_id: row.created_cursor for row in reader.candidates()}
+            bound = {tag for tag in tried if reader.idempotency("principal-1", f"key-{tag}") is not None}
+        journal = [_tag_of(event) for event in events]
+        lost = sorted(set(writers.acknowledged) - set(journal))
+        assert not lost, f"{len(lost)} of {len(writers.acknowledged)} acknowledged units are not in the journal: {lost}"
+        cursors = [event.cursor for event in events]
+        assert cursors == list(range(1, len(events) + 1)), f"the journal's cursors are not 1..K: {cursors}"
+        assert len(set(journal)) == len(journal), "a unit's event is in the journal twice"
+        unacknowledged = sorted(set(journal) - set(writers.acknowledged) - set(writers.unknown))
+        assert not unacknowledged, f"units that were not acknowledged are in the journal: {unacknowledged}"
+        assert created == {f"candidate-{tag}": event.cursor for tag, event in zip(journal, events, strict=True)}, (
+            "each committed unit's candidate, at its event's cursor, and no other"
+        )
+        assert bound == set(journal), "idempotency bindings of exactly the committed units"
+        with store.read(SCOPE_A) as reader:
+            assert _check_view(reader) == events
+        assert store.scopes() == [SCOPE_A]
+
+    def test_views_read_during_concurrent_writes_see_one_committed_state(self, store: Store) -> None:
+        """Views opened while two threads write show one committed state each, and only committed units.
+
+        Two threads read the scope over and over while two write it (every fifth unit rolls
+        back). Within each view the journal is dense up to ``high_water``, which does not move;
+        ``last_event_digest`` is its last event's; the candidates, indexed ids and index
+        statistics are exactly those of its events. Every event any view saw is in the final
+        journal at the same cursor: no view saw a unit still open or rolled back.
+        """
+        writers = _Writers(store, SCOPE_A, 2, guessing=False)
+        seen: set[tuple[int, str]] = set()
+        failures: list[str] = []
+        guard = threading.Lock()
+
+        def read_until_the_writers_are_done() -> None:
+            try:
+                while True:
+                    finished = writers.done.is_set()  # one more view once they are: the final state
+                    with store.read(SCOPE_A) as reader:
+                        events = _check_view(reader)
+                    with guard:
+                        seen.update((event.cursor, event.event_digest) for event in events)
+                    if finished:
+                        return
+                    _pause()
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                with guard:
+                    failures.append(repr(exc))
+
+        readers = [threading.Thread(target=read_until_the_writers_are_done, daemon=True) for _ in range(2)]
+        for reader_thread in readers:
+            reader_thread.start()
+        writers.start()
+        writers.join()
+        for reader_thread in readers:
+            reader_thread.join()
+        assert writers.failures == [], writers.failures
+        assert failures == [], failures
+        with store.read(SCOPE_A) as reader:
+            events = _check_view(reader)
+        final = {(event.cursor, event.event_digest) for event in events}
+        lost = sorted(set(writers.acknowledged) - {_tag_of(event) for event in events})
+        assert not lost, f"acknowledged units are missing from the journal: {lost}"
+        never_committed = sorted(seen - final)
+        assert not never_committed, f"views saw events that are not in the final journal: {never_committed}"
+        aborted = {_tag_digest(tag) for tag in writers.aborted}
+        assert not any(digest in aborted for _, digest in seen), "a view saw a unit that rolled back"
 
     # ------------------------------------------------------------------ capabilities
 
