@@ -1,7 +1,8 @@
 """The ``engram-memory`` command: a narrated demo and operator commands.
 
 ``engram-memory demo [--db PATH]`` walks through the whole governance model on an embedded
-SQLite file (a demo that fails removes the files it created). ``pending`` lists one scope's
+SQLite file: a temporary one, deleted at the end, unless ``--db`` names a new file to keep (a demo
+that fails removes the files it created). ``pending`` lists one scope's
 pending candidates for the host's review (JSON lines, content included) and ``adjudicate``
 decides one as the host. ``verify --db PATH`` and
 ``stats --db PATH`` inspect an existing database through read-only connections and write nothing
@@ -11,6 +12,8 @@ another schema version is refused, not migrated. While the files have a ``-wal``
 them open, or was killed), SQLite reads through it under its reader locks; without one, nothing
 has them open and they are read ``immutable``, and a command whose files changed meanwhile (a
 service started and wrote) exits 1 and asks to be run again rather than print what it read.
+``verify`` and ``stats`` print one line per scope; on a database with no scope yet (nothing was
+ever captured) they print none, say so in one line on standard error, and exit 0.
 
 Every failure ends in one line on standard error and exit status 1 (argparse's usage errors: 2);
 a closed output pipe (``engram-memory demo | head -1``) ends the command quietly with status 1.
@@ -150,17 +153,24 @@ def _confirmed(
     return attrs.evolve(binding, confirmation=confirmation)
 
 
-def run_demo(db: Path, say: Say) -> int:
-    """Run the narrated end-to-end scenario on ``db``; return 0, or 1 if a journal does not verify."""
+_TEMPORARY = "a temporary database, deleted at the end"
+"""Where ``demo`` without ``--db`` says it runs: it names no file, since none is left to inspect."""
+
+
+def run_demo(db: Path, say: Say, *, where: str | None = None) -> int:
+    """Run the narrated end-to-end scenario on ``db``; return 0, or 1 if a journal does not verify.
+
+    The first line says the demo runs on ``where`` (by default the file's name).
+    """
     clock = ManualClock()
     service = connect(_sqlite_url(db), policy=DefaultPolicy(admission="accept"), clock=clock)
     try:
-        return _narrate(service, clock, db, say)
+        return _narrate(service, clock, where if where is not None else db.name, say)
     finally:
         service.close()
 
 
-def _narrate(service: MemoryService, clock: ManualClock, db: Path, say: Say) -> int:
+def _narrate(service: MemoryService, clock: ManualClock, where: str, say: Say) -> int:
     admin = MemoryAdmin(service)
     acme = HostBinding(
         tenant_id="acme",
@@ -172,7 +182,7 @@ def _narrate(service: MemoryService, clock: ManualClock, db: Path, say: Say) -> 
         tools=ALL_TOOLS,
     )
     globex = attrs.evolve(acme, tenant_id="globex", principal="bob")
-    say(f"engram-memory demo on {db.name} (two tenants: acme, globex)")
+    say(f"engram-memory demo on {where} (two tenants: acme, globex)")
     say("1. capture cited material: it becomes an encrypted pending candidate")
     capture = _capture_args(
         "demo-capture-0001",
@@ -243,7 +253,7 @@ def _cmd_demo(options: argparse.Namespace) -> int:
         except OSError as exc:
             raise SystemExit(f"demo cannot create a temporary directory: {exc.strerror}") from None
         with folder:
-            return _demo_on(Path(folder.name) / "demo.db")
+            return _demo_on(Path(folder.name) / "demo.db", where=_TEMPORARY)
     db = Path(options.db)
     _sqlite_url(db)
     if any(_exists(f"{db}{suffix}") for suffix in ("", ".vault", ".key")):
@@ -260,9 +270,9 @@ def _cmd_demo(options: argparse.Namespace) -> int:
         raise
 
 
-def _demo_on(db: Path) -> int:
+def _demo_on(db: Path, *, where: str | None = None) -> int:
     try:
-        return run_demo(db, _say)
+        return run_demo(db, _say, where=where)
     except (EngramError, PortError) as exc:
         raise SystemExit(f"demo failed on {db}: {_reason(exc)}") from None
 
@@ -384,6 +394,17 @@ def _cannot_open(db: str, exc: EngramError | PortError) -> str:
     return f"cannot open {db}: {_reason(exc)}"
 
 
+def _no_scope(db: str, lines: list[str]) -> None:
+    """Say on standard error that ``db`` has no scope, when ``lines`` (one per scope) is empty.
+
+    Standard output keeps one line per scope (none here); the note tells a person that the command
+    ran and found nothing to report, which an empty output alone does not.
+    """
+    if not lines:
+        with contextlib.suppress(OSError):  # a note only: the command's answer is its output and status
+            print(f"{db}: no scope has a journal yet", file=sys.stderr, flush=True)
+
+
 def _cmd_verify(options: argparse.Namespace) -> int:
     lines: list[str] = []
     status = 0
@@ -394,6 +415,7 @@ def _cmd_verify(options: argparse.Namespace) -> int:
             verdict = "ok" if report.ok else f"{report.code} at cursor {report.cursor}"
             lines.append(f"{scope}: {verdict} ({report.high_water})")
             status = status if report.ok else 1
+    _no_scope(options.db, lines)
     for line in lines:  # only once the files are known not to have changed meanwhile
         _say(line)
     return status
@@ -411,6 +433,7 @@ def _cmd_stats(options: argparse.Namespace) -> int:
                     counts[f"record:{record.state}"] = counts.get(f"record:{record.state}", 0) + 1
                 summary = ", ".join(f"{key}={value}" for key, value in sorted(counts.items()))
                 lines.append(f"{scope}: journal height {reader.high_water()}; {summary}")
+    _no_scope(options.db, lines)
     for line in lines:
         _say(line)
     return 0
@@ -507,7 +530,7 @@ def _parser() -> argparse.ArgumentParser:
             "forget behind the confirmation gate, the forgotten-content guard, and journal verification."
         ),
     )
-    demo.add_argument("--db", help="database file to use (default: a temporary file)")
+    demo.add_argument("--db", help="a new database file to run on and keep (default: a temporary file, deleted)")
     demo.set_defaults(run=_cmd_demo)
     verify = commands.add_parser(
         "verify",
@@ -515,7 +538,8 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Re-derive every scope's journal hash chain and folded state and compare them with the stored "
             "state and sealed bodies. Prints one line per scope; exits 1 if any scope fails, naming "
-            "the code (JOURNAL_CORRUPT, CURSOR_GAP, BLOB_MISSING) and the first bad cursor. Never modifies the "
+            "the code (JOURNAL_CORRUPT, CURSOR_GAP, BLOB_MISSING) and the first bad cursor. On a database "
+            "with no scope yet it says so on standard error and exits 0. Never modifies the "
             "files: a database or key vault at another schema version is refused, not migrated."
         ),
     )
@@ -526,7 +550,8 @@ def _parser() -> argparse.ArgumentParser:
         help="counts per scope and state, and journal height",
         description=(
             "Print, for every scope of an existing database, its journal height and how many candidates and "
-            "records are in each lifecycle state. Reads only; never prints content. A database or key vault at "
+            "records are in each lifecycle state (on a database with no scope yet, it says so on standard error). "
+            "Reads only; never prints content. A database or key vault at "
             "another schema version is refused, not migrated."
         ),
     )

@@ -2,8 +2,10 @@
 
 Pure orchestration over the ports. Every call is bound by the host (:class:`HostBinding`); the
 service checks the binding, the grant and the bound purpose before anything else, then delegates
-to the write path or the read path. ``call_tool`` always answers with the envelope and raises
-only :class:`~engram_memory.errors.ProtocolError`.
+to the write path or the read path. A typed operation given anything but its argument class (a
+plain ``dict``, say) is a ``TypeError`` before any of those checks, with nothing read or written.
+``call_tool`` always answers with the envelope and raises only
+:class:`~engram_memory.errors.ProtocolError`.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from collections.abc import Callable
 from typing import Any, Final, Self
 
 from engram_memory.canonical import has_utf8_form
+from engram_memory.clock import SystemClock
 from engram_memory.context import HostBinding
 from engram_memory.errors import EngramError, ErrorCode, ProtocolError
+from engram_memory.policy import DefaultPolicy
 from engram_memory.policy_guard import GuardedPolicy
 from engram_memory.ports import Clock, KeyVault, Policy, Ranker, Store
 from engram_memory.ranking.lexical import LexicalRanker
@@ -73,8 +77,12 @@ class MemoryService:
     Args:
         store: journal, state, idempotency rows and index (one unit of work per mutation).
         vault: data keys for sealed candidates and record bodies.
-        policy: the host's rules (grants, retention caps, confirmation, redaction, admission).
-        clock: injected time.
+        policy: the host's rules (grants, retention caps, confirmation, redaction, admission);
+            :class:`~engram_memory.DefaultPolicy` by default, as for :func:`~engram_memory.connect`
+            (it narrows no tool the binding grants, and every candidate waits for the host's
+            adjudication).
+        clock: injected time (the system clock by default; a
+            :class:`~engram_memory.ManualClock` for tests and replays).
         ranker: the search ranker (the lexical ``offline_lexical_v1`` ranker by default).
         audit_ids: makes an ``auditId`` when the binding carries none.
     """
@@ -84,20 +92,20 @@ class MemoryService:
         *,
         store: Store,
         vault: KeyVault,
-        policy: Policy,
-        clock: Clock,
+        policy: Policy | None = None,
+        clock: Clock | None = None,
         ranker: Ranker | None = None,
         audit_ids: Callable[[], str] = _default_audit_id,
     ) -> None:
         self.store = store
         self.vault = vault
-        self.policy: Policy = GuardedPolicy(policy)
-        self.clock = clock
+        self.policy: Policy = GuardedPolicy(policy if policy is not None else DefaultPolicy())
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.ranker: Ranker = ranker if ranker is not None else LexicalRanker()
         self._audit_ids = audit_ids
-        self._write = WritePath(store=store, vault=vault, policy=self.policy, clock=clock)
+        self._write = WritePath(store=store, vault=vault, policy=self.policy, clock=self.clock)
         self._closed = False
-        self._read = ReadPath(store=store, vault=vault, policy=self.policy, clock=clock, ranker=self.ranker)
+        self._read = ReadPath(store=store, vault=vault, policy=self.policy, clock=self.clock, ranker=self.ranker)
 
     def close(self, *, destroy_doomed_keys: bool = True) -> None:
         """Destroy the keys accepts left doomed, then close the store and the vault. Idempotent.
@@ -154,7 +162,17 @@ class MemoryService:
         if not isinstance(tool, str) or tool not in ARGS_BY_TOOL or tool not in self.granted_tools(binding):
             raise ProtocolError.unknown_tool("tool unknown or not granted")
 
-    def _guard(self, tool: str, binding: HostBinding) -> None:
+    def _guard(self, tool: str, binding: HostBinding, args: object) -> None:
+        """The checks every typed operation starts with: its argument class, the binding, the grant."""
+        expected = ARGS_BY_TOOL[tool]
+        if not isinstance(args, expected):  # a programming error, so a TypeError rather than a ProtocolError
+            name = expected.__name__
+            error = TypeError(
+                f"MemoryService.{tool.removeprefix('engram_memory_')} takes a {name}: build one from a JSON "
+                f"object with engram_memory.wire.parse_args({name}, raw), or pass the JSON object to call_tool"
+            )
+            error.add_note(f"got {type(args).__name__}")
+            raise error
         self._check_context(binding)
         self._check_grant(tool, binding)
 
@@ -173,13 +191,13 @@ class MemoryService:
 
     def search(self, binding: HostBinding, args: SearchArgs) -> SearchResult:
         """Find current records of the bound scope, ranked, with citations and a rank receipt."""
-        self._guard(SEARCH, binding)
+        self._guard(SEARCH, binding, args)
         self._check_purpose(args, binding)
         return self._read.search(binding, args)
 
     def get(self, binding: HostBinding, args: GetArgs) -> GetResult:
         """Read one current record of the bound scope, with a read receipt."""
-        self._guard(GET, binding)
+        self._guard(GET, binding, args)
         self._check_purpose(args, binding)
         return self._read.get(binding, args)
 
@@ -189,24 +207,24 @@ class MemoryService:
         Arguments whose JSON form is over 1,048,576 bytes are ``INVALID_SCHEMA`` here, as they are
         through :meth:`call_tool` (capture is the only tool whose arguments can reach the bound).
         """
-        self._guard(CAPTURE, binding)
+        self._guard(CAPTURE, binding, args)
         self._check_purpose(args, binding)
         check_argument_bytes(args)
         return self._write.capture(binding, args)
 
     def request_admission(self, binding: HostBinding, args: RequestAdmissionArgs) -> RequestAdmissionResult:
         """Ask the host's policy to decide a pending candidate."""
-        self._guard(ADMISSION, binding)
+        self._guard(ADMISSION, binding, args)
         return self._write.request_admission(binding, args)
 
     def withdraw(self, binding: HostBinding, args: WithdrawArgs) -> WithdrawResult:
         """End a pending candidate and destroy its key (needs a host confirmation)."""
-        self._guard(WITHDRAW, binding)
+        self._guard(WITHDRAW, binding, args)
         return self._write.withdraw(binding, args)
 
     def forget(self, binding: HostBinding, args: ForgetArgs) -> ForgetResult:
         """Tombstone an admitted record, erase its body and purge it (needs a host confirmation)."""
-        self._guard(FORGET, binding)
+        self._guard(FORGET, binding, args)
         return self._write.forget(binding, args)
 
     # ------------------------------------------------------------------ JSON contract

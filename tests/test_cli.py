@@ -75,10 +75,11 @@ def test_demo_exits_zero_and_narrates_every_step(tmp_path: Path, capsys: pytest.
 def test_demo_without_db_leaves_nothing_behind(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The first line says the file is temporary: it names no file that a newcomer would look for."""
     monkeypatch.chdir(tmp_path)
     status, lines = _run(["demo"], capsys)
     assert status == 0
-    assert lines[0] == "engram-memory demo on demo.db (two tenants: acme, globex)"
+    assert lines[0] == "engram-memory demo on a temporary database, deleted at the end (two tenants: acme, globex)"
     assert list(tmp_path.iterdir()) == []
 
 
@@ -109,6 +110,27 @@ def test_verify_and_stats_leave_the_database_unchanged(demo_db: Path, capsys: py
     before = _run(["stats", "--db", str(demo_db)], capsys)
     assert _run(["verify", "--db", str(demo_db)], capsys)[0] == 0
     assert _run(["stats", "--db", str(demo_db)], capsys) == before
+
+
+@pytest.mark.parametrize("command", ["verify", "stats"])
+def test_a_database_without_a_scope_is_said_so_on_stderr_with_status_0(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A database nothing was captured into (``serve-mcp`` creates one) is not silently "nothing"."""
+    db = tmp_path / "memory.db"
+    connect(f"sqlite:///{db}").close()
+    assert main([command, "--db", str(db)]) == 0  # nothing is corrupt
+    captured = capsys.readouterr()
+    assert captured.out == ""  # still one line per scope: none
+    assert captured.err == f"{db}: no scope has a journal yet\n"
+
+
+@pytest.mark.parametrize("command", ["verify", "stats"])
+def test_a_database_with_scopes_has_no_note(command: str, demo_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([command, "--db", str(demo_db)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith(ACME)
+    assert captured.err == ""
 
 
 @pytest.mark.parametrize("command", ["verify", "stats"])

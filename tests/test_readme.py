@@ -21,18 +21,27 @@ def _documented_demo_output() -> str:
     return block
 
 
-def test_the_readme_shows_the_demo_output_verbatim(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--db", str(tmp_path / "demo.db")]) == 0
-    assert capsys.readouterr().out == _documented_demo_output()
-
-
-def test_the_quickstart_demo_command_prints_the_same(
+def test_the_readme_shows_the_quickstart_demo_output_verbatim(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The quickstart runs ``engram-memory demo`` without ``--db``: same output, on a temporary file."""
+    """The quickstart runs ``engram-memory demo`` without ``--db``: on a temporary file, left nowhere."""
     monkeypatch.chdir(tmp_path)
     assert main(["demo"]) == 0
     assert capsys.readouterr().out == _documented_demo_output()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_with_db_only_the_first_line_differs_as_the_readme_says(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    header = "engram-memory demo on demo.db (two tenants: acme, globex)"
+    assert main(["demo", "--db", str(tmp_path / "demo.db")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    documented = _documented_demo_output().splitlines()
+    assert lines[0] == header
+    assert lines[1:] == documented[1:]
+    readme = " ".join(README.read_text(encoding="utf-8").split())
+    assert f"With `--db demo.db` the first line names the file instead: `{header}`" in readme
 
 
 def test_the_quickstart_has_the_two_commands_the_check_script_runs() -> None:

@@ -2,18 +2,25 @@
 
 The JSON parser refuses a wrong type, a lone surrogate or a missing field before any argument class
 is built. A caller of the typed API builds the classes directly, so their own validators must give
-the same typed error, never a ``TypeError`` or ``UnicodeEncodeError`` from deep inside.
+the same typed error, never a ``TypeError`` or ``UnicodeEncodeError`` from deep inside. A typed
+operation given something that is not its argument class at all (a plain ``dict``) is a clear
+``TypeError`` at the edge, before anything is read or written.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import attrs
 import pytest
 
-from engram_memory.errors import EngramError, ErrorCode
+from engram_memory import DefaultPolicy, ManualClock, MemoryService
+from engram_memory.errors import EngramError, ErrorCode, JsonRpcCode, ProtocolError
+from engram_memory.keyvaults.memory import InMemoryKeyVault
+from engram_memory.ports import StoreReader, UnitOfWork
+from engram_memory.stores.memory import InMemoryStore
 from engram_memory.testing.fakes import (
     ADMISSION,
     CAPTURE,
@@ -22,7 +29,9 @@ from engram_memory.testing.fakes import (
     PURPOSE,
     SEARCH,
     WITHDRAW,
+    StoreWrapper,
     capture_args,
+    make_binding,
     make_key,
 )
 from engram_memory.wire.args import Evidence, GetArgs, RequestAdmissionArgs, SearchArgs
@@ -202,3 +211,79 @@ def test_valid_typed_arguments_equal_the_parsed_ones() -> None:
     search = SearchArgs(query="typed arguments", purpose_ref=PURPOSE, page_cursor="c3RhbGU")
     assert search == parse_args(SearchArgs, VALID[SEARCH])
     assert GetArgs(record_id="mem_abc", purpose_ref=PURPOSE) == parse_args(GetArgs, VALID[GET])
+
+
+# --- the typed operations refuse anything but their argument class ----------------------------------
+
+
+class _Recording(StoreWrapper):
+    """The in-memory store, with every read and write opened on it recorded."""
+
+    def __init__(self) -> None:
+        super().__init__(InMemoryStore(secret=b"s" * 32))
+        self.opened: list[str] = []
+
+    def read(self, scope: str) -> AbstractContextManager[StoreReader]:
+        self.opened.append("read")
+        return super().read(scope)
+
+    def write(self, scope: str) -> AbstractContextManager[UnitOfWork]:
+        self.opened.append("write")
+        return super().write(scope)
+
+
+def _typed(tool: str) -> tuple[MemoryService, _Recording, Callable[[Any, Any], object]]:
+    store = _Recording()
+    service = MemoryService(store=store, vault=InMemoryKeyVault(), policy=DefaultPolicy(), clock=ManualClock())
+    operation: Callable[[Any, Any], object] = getattr(service, tool.removeprefix("engram_memory_"))
+    return service, store, operation
+
+
+def _type_error(operation: Callable[[Any, Any], object], binding: Any, args: object) -> TypeError:
+    with pytest.raises(TypeError) as info:
+        operation(binding, args)
+    return info.value
+
+
+def _expected_message(tool: str) -> str:
+    name = ARGS_BY_TOOL[tool].__name__
+    return (
+        f"MemoryService.{tool.removeprefix('engram_memory_')} takes a {name}: build one from a JSON object "
+        f"with engram_memory.wire.parse_args({name}, raw), or pass the JSON object to call_tool"
+    )
+
+
+@pytest.mark.parametrize("tool", list(VALID), ids=lambda tool: tool.removeprefix("engram_memory_"))
+def test_a_typed_operation_given_a_plain_dict_is_a_clear_type_error_and_touches_nothing(tool: str) -> None:
+    service, store, operation = _typed(tool)
+    raw = {**VALID[tool], "canary": "canary-5b1d-user-data"}
+    error = _type_error(operation, make_binding(), raw)
+    assert str(error) == _expected_message(tool)  # constant: the class to build and how
+    assert error.__notes__ == ["got dict"]
+    assert "canary" not in str(error)
+    assert store.opened == []  # nothing read, nothing written
+    assert service.store.scopes() == []
+
+
+@pytest.mark.parametrize("tool", list(VALID), ids=lambda tool: tool.removeprefix("engram_memory_"))
+def test_a_typed_operation_given_another_tools_arguments_is_the_same_type_error(tool: str) -> None:
+    _, store, operation = _typed(tool)
+    tools = list(VALID)
+    other = tools[(tools.index(tool) + 1) % len(tools)]  # the next tool's; the last gets the first's
+    args = parse_args(ARGS_BY_TOOL[other], VALID[other])
+    error = _type_error(operation, make_binding(), args)
+    assert str(error) == _expected_message(tool)
+    assert error.__notes__ == [f"got {type(args).__name__}"]
+    assert store.opened == []
+
+
+@pytest.mark.parametrize("tool", list(VALID), ids=lambda tool: tool.removeprefix("engram_memory_"))
+def test_a_binding_that_is_not_a_host_binding_stays_the_protocol_error_call_tool_raises(tool: str) -> None:
+    """A plain dict as the binding is -32603 on the typed API too (as documented for ``call_tool``)."""
+    _, store, operation = _typed(tool)
+    binding = {"tenant_id": "tenant-a", "workspace_id": "workspace-1", "principal": "principal-1"}
+    with pytest.raises(ProtocolError) as info:
+        operation(binding, parse_args(ARGS_BY_TOOL[tool], VALID[tool]))
+    assert info.value.code is JsonRpcCode.INTERNAL_ERROR
+    assert info.value.__notes__ == ["no host binding: dict"]
+    assert store.opened == []
