@@ -51,6 +51,11 @@ def _b64decode(text: str) -> bytes:
     return raw
 
 
+def _written_types(cursor: PageCursor) -> bool:
+    """Whether the pins have the types the codec writes (re-encoding keeps ``"70"`` or ``true`` for ``70``)."""
+    return type(cursor.offset) is int and type(cursor.valid_as_of) is int and type(cursor.ordering_digest) is str
+
+
 def _stale(detail: str) -> EngramError:
     return EngramError(ErrorCode.STALE_PAGE, detail=detail)
 
@@ -101,7 +106,7 @@ class PageCursorCodec:
         payload, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
         if not hmac.compare_digest(mac, self._mac(binding_digest, payload)):
             raise _stale("page cursor MAC does not verify for this request")
-        # only payloads this codec wrote get here; re-encoding checks keys, types and form at once
+        # the MAC verifies: written by this codec (or forged with the secret); re-encoding checks keys and form
         try:
             fields = json.loads(payload)
             cursor = PageCursor(
@@ -110,8 +115,8 @@ class PageCursorCodec:
                 system_as_of=parse_cursor(fields["sa"]),
                 ordering_digest=fields["od"],
             )
-            if self._payload(cursor) != payload:
+            if self._payload(cursor) != payload or not _written_types(cursor):
                 raise ValueError("payload is not in canonical cursor form")  # noqa: TRY301 - one refusal path
-        except (ValueError, KeyError, TypeError, CanonicalError) as exc:  # pragma: no cover - MAC-valid only
+        except (ValueError, KeyError, TypeError, CanonicalError) as exc:
             raise _stale("page cursor payload is malformed") from exc
         return cursor

@@ -1,4 +1,4 @@
-"""Shared test configuration: Hypothesis profiles.
+"""Shared test configuration: Hypothesis profiles, and ``pytester`` (to run a kit binding as an integrator would).
 
 ``ci`` (chosen when the ``CI`` environment variable is set) is derandomised with no deadline;
 ``dev`` is the default; ``fast`` (``HYPOTHESIS_PROFILE=fast``) keeps local loops short.
@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 
 from hypothesis import HealthCheck, settings
+
+pytest_plugins = ["pytester"]
 
 settings.register_profile(
     "ci",

@@ -1,9 +1,11 @@
 """``MemoryAdmin`` beyond ``verify``: ``reap_keys`` counts every doomed key of every scope and keeps going past
 a scope the vault fails; ``adjudicate`` takes only ``accept`` or ``reject``; an admitted candidate row that lost
-its outcome is refused, never re-admitted."""
+its outcome is refused, never re-admitted; ``pending_candidates`` tells a candidate decided while it lists them
+from one whose key is lost."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 import attrs
@@ -13,8 +15,9 @@ from engram_memory import DefaultPolicy, ManualClock, MemoryAdmin, MemoryService
 from engram_memory.context import HostBinding
 from engram_memory.errors import EngramError, ErrorCode
 from engram_memory.keyvaults.memory import InMemoryKeyVault
+from engram_memory.ports import SealedEnvelope
 from engram_memory.stores.memory import InMemoryStore
-from engram_memory.testing import Harness, fail, make_binding, make_key
+from engram_memory.testing import Harness, fail, make_binding, make_key, ok
 
 A: Final = make_binding("tenant-ops", "workspace-a")
 B: Final = make_binding("tenant-ops", "workspace-b")
@@ -154,3 +157,60 @@ def test_an_admitted_candidate_row_without_its_outcome_is_already_terminal() -> 
         )
     assert refused.value.code is ErrorCode.ALREADY_TERMINAL
     assert made.high_water(A) == before
+
+
+# --------------------------------------------------------------------------- pending_candidates
+
+
+def test_pending_candidates_refuses_a_pending_candidate_whose_key_is_lost(world: _World) -> None:
+    """Still pending, with the same envelope, and its key gone: not a race but a lost key."""
+    candidate_id = world.harness.pending(A, make_key("ops-lost-key"))
+    with world.store.read(A.scope) as reader:
+        row = reader.candidate(candidate_id)
+    assert row is not None
+    assert row.sealed is not None
+    world.vault.destroy(row.sealed.key_ref)  # outside any erasure
+    with pytest.raises(EngramError) as refused:
+        world.admin.pending_candidates(tenant_id=A.tenant_id, workspace_id=A.workspace_id)
+    assert refused.value.code is ErrorCode.BLOB_MISSING
+    assert refused.value.__notes__ == ["pending candidate key unavailable"]
+
+
+class _DecidedWhileListed(InMemoryKeyVault):
+    """An in-memory vault that runs ``competitor`` once, right before it opens an envelope."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.competitor: Callable[[], object] | None = None
+
+    def open(self, envelope: SealedEnvelope, context: str) -> bytes:
+        competitor, self.competitor = self.competitor, None
+        if competitor is not None:
+            competitor()
+        return super().open(envelope, context)
+
+
+@pytest.mark.parametrize("decision", ["reject", "withdraw"])
+def test_pending_candidates_leaves_out_a_candidate_decided_while_the_list_is_read(decision: str) -> None:
+    """The list is read in one view, each envelope opened after: one whose key a decision destroyed
+    meanwhile is no longer pending and is left out, not reported as a lost key."""
+    store, vault, clock = InMemoryStore(), _DecidedWhileListed(), ManualClock()
+    harness = Harness(MemoryService(store=store, vault=vault, policy=DefaultPolicy(), clock=clock), clock)
+    first = harness.pending(A, make_key("ops-listed-first"))
+    second = harness.pending(A, make_key("ops-listed-second"))
+
+    decided: list[str] = []
+
+    def decide_first() -> None:
+        decided.append(first)
+        if decision == "reject":
+            harness.admin.adjudicate(
+                tenant_id=A.tenant_id, workspace_id=A.workspace_id, candidate_id=first, decision="reject"
+            )
+        else:
+            ok(harness.withdraw(A, first, make_key("ops-listed-withdraw")))
+
+    vault.competitor = decide_first
+    listed = harness.admin.pending_candidates(tenant_id=A.tenant_id, workspace_id=A.workspace_id)
+    assert decided == [first]  # the decision ran while the first envelope was being opened
+    assert [candidate.candidate_id for candidate in listed] == [second]

@@ -1,16 +1,20 @@
 """The conformance kits check scheduled destruction too: a vault that schedules its destructions
-passes the KeyVault and the service kits only if they happen, and one that never destroys fails."""
+passes the KeyVault and the service kits only if they happen, and one that never destroys fails.
+Binding a kit as an integrator does: a capability left out skips its tests, a required fixture left
+out errors naming it, and the kit's helpers (``unchanged``, ``StoreWrapper``) pass calls through."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
-from engram_memory import DefaultPolicy, ManualClock, MemoryService
+from engram_memory import DefaultPolicy, ManualClock, MemoryAdmin, MemoryService
+from engram_memory.errors import JsonRpcCode, ProtocolError
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.ports import Clock, KeyVault
 from engram_memory.stores.memory import InMemoryStore
-from engram_memory.testing import Harness, ServiceConformance, ServiceFactory, with_policy
-from engram_memory.testing.fakes import InMemoryCapabilities
+from engram_memory.testing import Harness, ServiceConformance, ServiceFactory, StoreWrapper, make_key, with_policy
+from engram_memory.testing.fakes import CAPTURE, InMemoryCapabilities, capture_args, make_binding
 from engram_memory.testing.keyvault import CompleteDestruction, KeyVaultConformance
 from engram_memory.testing.service import ACCEPT
 
@@ -90,3 +94,85 @@ def test_a_service_on_a_vault_that_never_destroys_fails_the_service_kit() -> Non
     kit = TestAServiceOnASchedulingVault()
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         kit.test_withdraw_ends_the_candidate_and_destroys_its_key(harness, _drain)
+
+
+# --------------------------------------------------------------------------- binding the kits, as an integrator does
+
+A = make_binding()
+
+_BINDINGS = """
+import pytest
+
+from engram_memory import DefaultPolicy, MemoryService
+from engram_memory.keyvaults.memory import InMemoryKeyVault
+from engram_memory.stores.memory import InMemoryStore
+from engram_memory.testing import RankerConformance, ServiceConformance
+
+
+class TestABackendThatCannotTamper(ServiceConformance):
+    @pytest.fixture
+    def service_factory(self):
+        store, vault = InMemoryStore(), InMemoryKeyVault()
+        return lambda clock: MemoryService(store=store, vault=vault, policy=DefaultPolicy(), clock=clock)
+
+
+class TestAForgottenServiceFactory(ServiceConformance):
+    pass
+
+
+class TestAForgottenRanker(RankerConformance):
+    pass
+"""
+
+
+def test_a_kit_binding_without_an_optional_capability_skips_and_one_without_a_required_fixture_errors(
+    pytester: pytest.Pytester,
+) -> None:
+    """Left at its default, ``replace_event_body`` skips the byte-flip test with its reason; a class that does
+    not bind ``service_factory`` or ``ranker`` errors with a message naming the fixture to override."""
+    pytester.makepyfile(test_bindings=_BINDINGS)
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-rs", "-k", "flipped_byte or TestAForgottenRanker and test_deterministic"
+    )
+    result.assert_outcomes(skipped=1, errors=2)
+    result.stdout.fnmatch_lines_random(
+        [
+            "SKIPPED * the backend cannot tamper with stored events",
+            "*NotImplementedError: backend test classes must override the service_factory fixture",
+            "*NotImplementedError: bind RankerConformance with a `ranker` fixture",
+        ]
+    )
+
+
+def test_the_unchanged_check_lets_a_call_with_an_unnormalised_binding_reach_its_refusal() -> None:
+    """``ServiceConformance.unchanged`` records what each call could change; a binding whose ids are not NFC
+    has no scope, so its call goes straight to the service, which refuses it (-32603)."""
+    clock = ManualClock()
+    harness = Harness(with_policy(_services(SchedulingVault())(clock), ACCEPT), clock)
+    harness.pending(A, make_key("kit-unchanged"))
+    unnormalised = attrs.evolve(A, tenant_id="Ame\u0301lie")
+    with ServiceConformance.unchanged(harness, A), pytest.raises(ProtocolError) as refused:
+        harness.call(CAPTURE, capture_args(make_key("kit-not-nfc")), unnormalised)
+    assert refused.value.code is JsonRpcCode.INTERNAL_ERROR
+
+
+class _ClosingStore(InMemoryStore):
+    def __init__(self) -> None:
+        super().__init__(secret=b"s" * 32)
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_store_wrapper_hands_scopes_secret_and_close_to_the_wrapped_store() -> None:
+    """A service over a :class:`StoreWrapper` lists its scopes for maintenance and releases the store on close."""
+    inner, clock = _ClosingStore(), ManualClock()
+    wrapped = StoreWrapper(inner)
+    service = MemoryService(store=wrapped, vault=InMemoryKeyVault(), policy=ACCEPT, clock=clock)
+    Harness(service, clock).accepted(A, make_key("kit-wrapped"))  # the accept leaves the candidate key doomed
+    assert wrapped.scopes() == inner.scopes() == [A.scope]
+    assert wrapped.secret() == b"s" * 32
+    assert MemoryAdmin(service).reap_keys() == 1  # found in the scope the wrapper listed
+    service.close()
+    assert inner.closed

@@ -12,7 +12,14 @@ from pathlib import Path
 import attrs
 import pytest
 
-from engram_memory.errors import KeyUnavailableError, SealIntegrityError, StoreUnavailableError
+from engram_memory.errors import (
+    ErrorCode,
+    KeyUnavailableError,
+    SealIntegrityError,
+    StoreConflictError,
+    StoreCorruptError,
+    StoreUnavailableError,
+)
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, MasterKeyError, SQLiteKeyVault, _unwrap
 from engram_memory.ports import KeyVault
@@ -448,3 +455,153 @@ def test_one_destroy_call_of_more_keys_than_one_statement_binds_erases_them_all(
         assert [e.key_ref for e in envelopes if vault.holds(e.key_ref)] == []
         assert vault.open(kept, CONTEXT) == b"kept"
     assert _committed_keys(vault_path) == {kept.key_ref}
+
+
+# --------------------------------------------------------------------------- faults: key file, vault file, peer
+
+
+def test_a_reserve_refused_halfway_is_rolled_back_whole_and_the_vault_stays_usable(vault_path: Path) -> None:
+    """A reserve is one transaction: a row refused after two were inserted leaves none of the three, and
+    the connection is not left inside the failed transaction (the next seal writes a reserve again)."""
+    with SQLiteKeyVault(vault_path, MASTER, reserve=4) as vault:
+        raw = sqlite3.connect(vault_path, isolation_level=None)
+        try:  # another process's trigger refuses a third key (as a full disk would refuse a page)
+            raw.execute(
+                "CREATE TRIGGER refuse_a_third_key BEFORE INSERT ON data_keys"
+                " WHEN (SELECT count(*) FROM data_keys) >= 2 BEGIN SELECT RAISE(ABORT, 'refused'); END"
+            )
+            with pytest.raises(StoreConflictError, match=r"^sqlite seal failed: SQLITE_CONSTRAINT_TRIGGER$"):
+                vault.seal(CONTEXT, b"refused")
+            assert _committed_keys(vault_path) == set()
+            raw.execute("DROP TRIGGER refuse_a_third_key")
+        finally:
+            raw.close()
+        envelope = vault.seal(CONTEXT, b"after the refusal")
+        assert vault.open(envelope, CONTEXT) == b"after the refusal"
+        assert len(_committed_keys(vault_path)) == 4
+
+
+def test_a_key_file_that_cannot_be_read_is_refused(tmp_path: Path, vault_path: Path) -> None:
+    key_file = tmp_path / "vault.key"
+    key_file.mkdir()  # a directory where the key file should be: reading it fails (even as root)
+    with pytest.raises(MasterKeyError, match=r"^the master key file cannot be read$"):
+        SQLiteKeyVault(vault_path, master_key_file=key_file)
+    assert list(key_file.iterdir()) == []
+
+
+def test_a_key_file_that_cannot_be_created_is_refused_and_a_retry_works(tmp_path: Path, vault_path: Path) -> None:
+    key_file = tmp_path / "no-such-dir" / "vault.key"
+    with pytest.raises(MasterKeyError, match=r"^the master key file cannot be created$"):
+        SQLiteKeyVault(vault_path, master_key_file=key_file)
+    assert sorted(path.name for path in tmp_path.iterdir()) == [vault_path.name]  # no directory, no staging file
+    with SQLiteKeyVault(vault_path, master_key_file=tmp_path / "vault.key") as vault:  # nothing half-made refuses it
+        envelope = vault.seal(CONTEXT, b"after the retry")
+        assert vault.open(envelope, CONTEXT) == b"after the retry"
+
+
+PEER_KEY = bytes(range(100, 132))
+
+
+@pytest.mark.parametrize("hard_links", [True, False], ids=["linked", "written-in-place"])
+def test_a_peer_that_creates_the_key_file_first_wins_and_its_key_is_used(
+    tmp_path: Path, vault_path: Path, monkeypatch: pytest.MonkeyPatch, hard_links: bool
+) -> None:
+    """Two openers of a new vault race to create the key file: the loser reads the winner's key."""
+    key_file = tmp_path / "vault.key"
+    real_link = os.link
+
+    def peer_wins(source: Path, target: Path) -> None:
+        Path(target).write_bytes(PEER_KEY)  # the peer's file appears between our read and our link
+        if not hard_links:
+            raise PermissionError("no hard links here")
+        real_link(source, target)
+
+    monkeypatch.setattr(os, "link", peer_wins)
+    with SQLiteKeyVault(vault_path, master_key_file=key_file) as vault:
+        envelope = vault.seal(CONTEXT, b"under the peer's key")
+    monkeypatch.undo()
+    assert key_file.read_bytes() == PEER_KEY
+    assert [path.name for path in tmp_path.iterdir() if path.name.endswith(".tmp")] == []
+    with SQLiteKeyVault(vault_path, PEER_KEY) as peer:
+        assert peer.open(envelope, CONTEXT) == b"under the peer's key"
+
+
+@pytest.mark.parametrize("path", ["", ":memory:"])
+def test_memory_paths_are_refused(path: str) -> None:
+    with pytest.raises(ValueError, match="needs a file path"):
+        SQLiteKeyVault(path, MASTER)
+
+
+def test_an_unopenable_vault_path_is_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailableError, match=r"^sqlite open vault failed: SQLITE_CANTOPEN$"):
+        SQLiteKeyVault(tmp_path / "no-such-dir" / "vault.db", MASTER)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_vault_another_process_is_creating_is_locked_until_it_commits(vault_path: Path) -> None:
+    """The second opener of a new vault waits for the first one's schema, then says so: retry."""
+    creator = sqlite3.connect(vault_path, isolation_level=None)
+    try:
+        creator.execute("PRAGMA journal_mode = WAL")
+        creator.execute("BEGIN IMMEDIATE")  # holds the write lock, as a peer creating the schema does
+        with pytest.raises(StoreUnavailableError, match=r"\(database is locked; retry\)$"):
+            SQLiteKeyVault(vault_path, MASTER, busy_timeout_ms=50)
+        creator.execute("ROLLBACK")
+    finally:
+        creator.close()
+    with SQLiteKeyVault(vault_path, MASTER, busy_timeout_ms=50) as vault:
+        envelope = vault.seal(CONTEXT, b"once the lock is gone")
+        assert vault.open(envelope, CONTEXT) == b"once the lock is gone"
+
+
+def _corrupt_table(path: Path, table: str) -> None:
+    """Overwrite every page of ``table`` and of its indexes with ``0xFF``, as a failing disk would."""
+    raw = sqlite3.connect(path)
+    try:
+        page_size = raw.execute("PRAGMA page_size").fetchone()[0]
+        pages = [row[0] for row in raw.execute("SELECT rootpage FROM sqlite_master WHERE tbl_name = ?", (table,))]
+    finally:
+        raw.close()
+    assert pages
+    data = bytearray(path.read_bytes())
+    for page in pages:
+        data[(page - 1) * page_size : page * page_size] = b"\xff" * page_size
+    path.write_bytes(bytes(data))
+
+
+def test_a_corrupted_key_table_is_journal_corrupt_to_open_and_holds(vault_path: Path) -> None:
+    """Corruption is not retriable, and the error names the action, never the key."""
+    with SQLiteKeyVault(vault_path, MASTER) as vault:
+        envelope = vault.seal(CONTEXT, b"secret")
+    assert not Path(f"{vault_path}-wal").exists()  # everything is in the database file
+    _corrupt_table(vault_path, "data_keys")
+    with SQLiteKeyVault(vault_path, MASTER) as vault:
+        for action, call in (
+            ("open", lambda: vault.open(envelope, CONTEXT)),
+            ("holds", lambda: vault.holds(envelope.key_ref)),
+        ):
+            with pytest.raises(StoreCorruptError) as caught:
+                call()
+            assert caught.value.code is ErrorCode.JOURNAL_CORRUPT
+            assert caught.value.__notes__ == [f"sqlite {action} failed: SQLITE_CORRUPT"]
+            assert envelope.key_ref not in str(caught.value) + repr(caught.value)
+
+
+def test_a_forked_child_closing_the_vault_leaves_its_parents_connection_and_reserve(
+    vault_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that closes the vault it inherited (at exit) neither closes the parent's connection nor
+    deletes the parent's reserved keys: the parent goes on using both."""
+    vault = SQLiteKeyVault(vault_path, MASTER, reserve=4)
+    parent = vault.seal(CONTEXT, b"parent")
+    parents_connection = vault._conn
+    monkeypatch.setattr(os, "getpid", lambda: -1)  # what a forked child sees
+    vault.close()
+    monkeypatch.undo()
+    try:
+        committed = _committed_keys(vault_path)
+        assert parent.key_ref in committed
+        assert len(committed) == 4  # the three unused reserved keys are still the parent's
+        assert parents_connection.execute("SELECT count(*) FROM data_keys").fetchone() == (4,)  # still open
+    finally:
+        parents_connection.close()  # one process plays both here: the parent closes its own

@@ -95,6 +95,22 @@ def test_formulas() -> None:
     assert combined_score(0.5, 0.0) == pytest.approx(0.425)
 
 
+@pytest.mark.parametrize(
+    ("frequencies", "lengths", "averages"),
+    [
+        ((1,) * 4, (1,) * 5, (1.0,) * 5),
+        ((1,) * 5, (1,) * 6, (1.0,) * 5),
+        ((1,) * 5, (1,) * 5, (1.0,) * 4),
+        ((), (), ()),
+    ],
+)
+def test_field_score_takes_one_frequency_length_and_average_per_field(
+    frequencies: tuple[int, ...], lengths: tuple[int, ...], averages: tuple[float, ...]
+) -> None:
+    with pytest.raises(ValueError, match=r"^one frequency, length and average per field$"):
+        field_score(frequencies, lengths, averages)
+
+
 def _seal() -> SealedEnvelope:
     return SealedEnvelope(key_ref="key_x", nonce=b"\x00" * 12, ciphertext=b"x")
 
@@ -196,6 +212,48 @@ def test_occurrence_keys_round_trip() -> None:
     assert occurrence_key((0,) * 5, (3,) * 5) == ""
     assert occurrence_fields("") == ((0,) * 5, (0,) * 5)
     assert occurrence_key((0, 0, 0, 0, 120), (0, 0, 0, 0, 70_000)) == "4:120:70000"
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_a_term_in_no_field_scores_nothing_and_alone_is_no_hit(backend: str, tmp_path: Path) -> None:
+    """An indexed term whose frequencies are all 0 has the occurrence key ``""`` (:func:`occurrence_key`):
+    it contributes 0, so a document holding only that query term is no hit (only scores above 0 count),
+    and one holding another query term scores exactly as without it."""
+    store: Store = InMemoryStore() if backend == "memory" else SQLiteStore(tmp_path / "rank.db")
+    scope = scope_key("tenant-empty-key", "w")
+    documents: dict[str, dict[str, tuple[int, ...]]] = {
+        "mem_a": {"ghost": (0, 0, 0, 0, 0), "real": (1, 0, 0, 0, 0)},
+        "mem_b": {"real": (1, 0, 0, 0, 0)},
+        "mem_c": {"ghost": (0, 0, 0, 0, 0), "other": (1, 0, 0, 0, 0)},
+    }
+    try:
+        with store.write(scope) as unit:
+            for record_id, terms in documents.items():
+                unit.put_record(_row(record_id, state="accepted_current", trusted=True))
+                unit.index_document(
+                    IndexedDocument(
+                        record_id=record_id,
+                        lengths=(1, 0, 0, 0, 0),
+                        terms=terms,
+                        valid_from=NOW - 3 * DAY,
+                        valid_to=None,
+                        expires_at_ms=None,
+                    )
+                )
+        ranker = LexicalRanker()
+
+        def ranked(*terms: str) -> list[tuple[str, float]]:
+            with store.read(scope) as reader:
+                hits = ranker.rank(reader, RankingQuery(terms=terms, valid_as_of=NOW, now_ms=NOW))
+            return [(hit.record_id, hit.score) for hit in hits]
+
+        with store.read(scope) as reader:
+            assert list(reader.term_postings("ghost")[1]) == ["", ""]
+        assert ranked("ghost") == []
+        assert [record_id for record_id, _ in ranked("real")] == ["mem_a", "mem_b"]
+        assert ranked("ghost", "real") == ranked("real") == ranked("real", "ghost")
+    finally:
+        store.close()
 
 
 def _row(record_id: str, *, state: str, trusted: bool, **times: int) -> RecordRow:

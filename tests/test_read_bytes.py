@@ -234,3 +234,38 @@ def test_a_cursor_under_another_secret_or_binding_is_stale() -> None:
     token = _unpadded(_expected_raw())
     _assert_stale(PageCursorCodec(b"j" * 32), token)
     _assert_stale(PageCursorCodec(_CURSOR_SECRET), token, "sha256:" + "ac" * 32)
+
+
+def _forged(payload: bytes) -> str:
+    """A token whose MAC verifies for ``payload``: only a holder of the store secret can make one."""
+    message = b"engram-memory/page-cursor/v1\x00" + _CURSOR_BINDING.encode("ascii") + payload
+    return _unpadded(payload + hmac.new(_CURSOR_SECRET, message, hashlib.sha256).digest())
+
+
+_FORGED_PAYLOADS: Final = {
+    "spaced": _CURSOR_PAYLOAD.replace(b",", b", "),
+    "keys-unsorted": b'{"v":1,"o":70,"od":"sha256:' + b"cd" * 32 + b'","sa":"42","va":1767225600000}',
+    "another-version": _CURSOR_PAYLOAD.replace(b'"v":1', b'"v":2'),
+    "offset-as-a-string": _CURSOR_PAYLOAD.replace(b'"o":70', b'"o":"70"'),
+    "offset-as-a-boolean": _CURSOR_PAYLOAD.replace(b'"o":70', b'"o":true'),
+    "valid-as-of-as-a-string": _CURSOR_PAYLOAD.replace(b'"va":1767225600000', b'"va":"1767225600000"'),
+    "ordering-digest-as-a-number": _CURSOR_PAYLOAD.replace(b'"od":"sha256:' + b"cd" * 32 + b'"', b'"od":7'),
+    "cursor-as-a-number": _CURSOR_PAYLOAD.replace(b'"sa":"42"', b'"sa":42'),
+    "cursor-not-decimal": _CURSOR_PAYLOAD.replace(b'"sa":"42"', b'"sa":"x"'),
+    "a-pin-missing": _CURSOR_PAYLOAD.replace(b'"sa":"42",', b""),
+    "not-json": b"not a cursor payload",
+}
+
+
+@pytest.mark.parametrize("name", list(_FORGED_PAYLOADS))
+def test_a_mac_valid_payload_this_codec_did_not_write_is_stale(name: str) -> None:
+    """Defence in depth behind the MAC: a payload that is not exactly one this codec writes (a forged one,
+    or one of another cursor version) is ``STALE_PAGE``, never decoded into pins nor a crash."""
+    payload = _FORGED_PAYLOADS[name]
+    assert payload != _CURSOR_PAYLOAD
+    codec = PageCursorCodec(_CURSOR_SECRET)
+    with pytest.raises(EngramError) as caught:
+        codec.decode(_forged(payload), _CURSOR_BINDING)
+    assert (caught.value.code, caught.value.retriable) == (ErrorCode.STALE_PAGE, False)
+    assert caught.value.__notes__ == ["page cursor payload is malformed"]
+    assert codec.decode(_forged(_CURSOR_PAYLOAD), _CURSOR_BINDING) == _CURSOR_PINS  # the helper forges faithfully

@@ -22,7 +22,7 @@ from engram_memory.ranking.lexical import LexicalRanker
 from engram_memory.read_path import TRANSPORT_CAP, PageCursor, PageCursorCodec, redact_record
 from engram_memory.records import record_context
 from engram_memory.stores.memory import InMemoryStore
-from engram_memory.testing import StoreWrapper
+from engram_memory.testing import PolicyOverride, StoreWrapper
 from engram_memory.wire.descriptors import tool_descriptors
 from tests.read_fixtures import (
     DAY_MS,
@@ -1026,18 +1026,21 @@ class _NetworkRanker(LexicalRanker):
         return super().rank(reader, query)
 
 
+@pytest.mark.parametrize("overridden", [False, True], ids=["policy", "kit-policy-override"])
 @pytest.mark.parametrize(
     ("network_rule", "policy_allows", "runs"),
     [("forbid", False, False), ("forbid", True, False), ("allow", False, False), ("allow", True, True)],
 )
 def test_a_ranker_that_uses_the_network_runs_only_when_search_and_policy_both_allow_it(
-    network_rule: str, policy_allows: bool, runs: bool
+    network_rule: str, policy_allows: bool, runs: bool, overridden: bool
 ) -> None:
+    """Both the search and the policy must allow it; the kit's ``PolicyOverride`` keeps its base's network rule."""
     harness = ReadHarness()
     binding = make_binding()
     record_id = harness.admit(binding, DocSpec(key="network-ranker-1", primary="nebula"))
     ranker = _NetworkRanker()
-    harness.use(DefaultPolicy(admission="accept", network=policy_allows))
+    policy = DefaultPolicy(admission="accept", network=policy_allows)
+    harness.use(PolicyOverride(policy, policy_version="override-1") if overridden else policy)
     harness.use_ranker(ranker)
     envelope = harness.search(binding, "nebula", capability_policy={"network": network_rule})
     if runs:

@@ -16,6 +16,7 @@ from engram_memory.results import (
     ForgetResult,
     LifecycleReceipt,
     RecordPacket,
+    RequestAdmissionResult,
     from_json,
 )
 
@@ -137,3 +138,20 @@ def test_rebuilding_refuses_null_for_an_absent_optional() -> None:
     value = {"status": "committed_pending", "candidate_id": "c", "cursor": "3", "transaction_receipt_digest": D}
     with pytest.raises(cattrs.BaseValidationError):
         from_json(CaptureResult, {**value, "record_digest": None})
+
+
+@pytest.mark.parametrize("bad", [1, 0, "true", None], ids=repr)
+def test_rebuilding_takes_only_a_json_boolean_for_replayed(bad: Any) -> None:
+    outcome = {
+        "status": "accepted",
+        "candidate_id": "c",
+        "record_id": "mem_a",
+        "cursor": "2",
+        "decision_receipt_digest": D,
+        "transaction_receipt_digest": E,
+    }
+    value = {"outcome": outcome, "replayed": True}
+    assert from_json(RequestAdmissionResult, value).to_json() == value
+    with pytest.raises(cattrs.BaseValidationError) as refused:
+        from_json(RequestAdmissionResult, {**value, "replayed": bad})
+    assert [str(error) for error in refused.value.exceptions] == ["expected a boolean"]

@@ -1401,3 +1401,265 @@ def test_a_failing_settle_of_a_held_key_is_a_port_error(sqlite: SQLiteStore) -> 
         settle_denied()
     with sqlite.read(SCOPE) as reader:
         assert reader.idempotency("principal-1", "key-held-0000000") == held
+
+
+# --------------------------------------------------------------------------- SQLite: faults on a live store
+
+
+def _corrupt_table(path: Path, table: str) -> None:
+    """Overwrite every page of ``table`` and of its indexes with ``0xFF``, as a failing disk would."""
+    raw = sqlite3.connect(path)
+    try:
+        page_size = raw.execute("PRAGMA page_size").fetchone()[0]
+        pages = [row[0] for row in raw.execute("SELECT rootpage FROM sqlite_master WHERE tbl_name = ?", (table,))]
+    finally:
+        raw.close()
+    assert pages
+    data = bytearray(path.read_bytes())
+    for page in pages:
+        data[(page - 1) * page_size : page * page_size] = b"\xff" * page_size
+    path.write_bytes(bytes(data))
+
+
+def _in_view(read: Callable[[Any], object]) -> Callable[[SQLiteStore], object]:
+    def run(backend: SQLiteStore) -> object:
+        with backend.read(SCOPE) as reader:
+            return read(reader)
+
+    return run
+
+
+CORRUPTED_READS: dict[str, tuple[str, str, Callable[[SQLiteStore], object]]] = {
+    # name: (the corrupted table, the action the error names, a read that reaches it)
+    "listing-scopes": ("scopes", "scopes", lambda backend: backend.scopes()),
+    "looking-up-the-scope": ("scopes", "read", _in_view(lambda reader: reader.high_water())),
+    "the-journal-head": ("events", "read", _in_view(lambda reader: reader.high_water())),
+    "a-page-of-candidates": ("candidates", "read", _in_view(lambda reader: list(reader.candidates()))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPTED_READS))
+def test_a_corrupted_table_is_journal_corrupt_to_its_reader(db_path: Path, name: str) -> None:
+    """A page the disk garbled is reported as corruption (not retriable), naming the action, whichever read
+    reaches it first; a read that does not touch it still works."""
+    table, action, read = CORRUPTED_READS[name]
+    with SQLiteStore(db_path) as backend, backend.write(SCOPE) as unit:
+        unit.append_event(event(1))
+        unit.put_candidate(candidate("c1"))
+    assert not Path(f"{db_path}-wal").exists()  # everything is in the database file
+    _corrupt_table(db_path, table)
+    with SQLiteStore(db_path) as backend:
+        with pytest.raises(StoreCorruptError) as caught:
+            read(backend)
+        assert caught.value.code is ErrorCode.JOURNAL_CORRUPT
+        assert caught.value.__notes__ == [f"sqlite {action} failed: SQLITE_CORRUPT"]
+        assert backend.schema_version() == _schema.STORE_SCHEMA.latest
+
+
+def test_a_failed_confirmation_insert_is_unavailable_never_already_consumed(sqlite: SQLiteStore) -> None:
+    """Only a duplicate id is ``StoreConflictError`` (a used confirmation, GATE_FAILED above); any other
+    failure of the insert is retriable and leaves the confirmation unused."""
+
+    def deny_confirmations(action: int, table: str | None, *_: object) -> int:
+        refused = action == sqlite3.SQLITE_INSERT and table == "confirmations"
+        return sqlite3.SQLITE_DENY if refused else sqlite3.SQLITE_OK
+
+    def consume_denied() -> None:
+        with sqlite.write(SCOPE) as unit:
+            connection = unit._live()
+            connection.set_authorizer(deny_confirmations)
+            try:
+                unit.consume_confirmation("confirmation-1")
+            finally:
+                connection.set_authorizer(None)
+
+    with pytest.raises(StoreUnavailableError) as caught:
+        consume_denied()
+    assert type(caught.value) is StoreUnavailableError
+    assert str(caught.value) == "sqlite consume_confirmation failed: SQLITE_AUTH"
+    with sqlite.read(SCOPE) as reader:
+        assert not reader.confirmation_used("confirmation-1")
+    with sqlite.write(SCOPE) as unit:
+        unit.consume_confirmation("confirmation-1")
+    with pytest.raises(StoreConflictError), sqlite.write(SCOPE) as unit:
+        unit.consume_confirmation("confirmation-1")
+
+
+def test_a_sqlite_older_than_3_37_is_refused_before_any_file_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 36, 0))
+    with pytest.raises(StoreUnavailableError, match=r"SQLite 3\.37 or newer"):
+        SQLiteStore(tmp_path / "store.db")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_json_probe_answers_no_for_a_sqlite_without_json_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe catches what such a library raises (``no such table: json_each``) and says no."""
+
+    class _WithoutJson(sqlite3.Connection):
+        def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+            if "json_each" in sql:
+                raise sqlite3.OperationalError("no such table: json_each")
+            return super().execute(sql, *args)
+
+    real_connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *args, **kwargs: real_connect(*args, factory=_WithoutJson, **kwargs))
+    sqlite_store._sqlite_has_json_each.cache_clear()
+    try:
+        assert sqlite_store._sqlite_has_json_each() is False
+    finally:
+        monkeypatch.undo()
+        sqlite_store._sqlite_has_json_each.cache_clear()
+    assert sqlite_store._sqlite_has_json_each() is True
+
+
+def test_a_forked_child_sets_its_parents_connections_aside_and_opens_its_own(
+    sqlite: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite forbids using a connection across ``fork``: the child neither uses nor closes a connection its
+    parent opened, idle (taken from the pool) or in use at the fork (released by the child's unwinding)."""
+    with sqlite.write(SCOPE) as unit:
+        unit.append_event(event(1))
+    with sqlite.read(SCOPE) as in_use:
+        with sqlite.read(SCOPE) as other:
+            idle = other._live()  # back in the pool when this block ends
+        monkeypatch.setattr(os, "getpid", lambda: -1)  # the fork happens here
+        with sqlite.read(SCOPE) as child_view:
+            assert child_view.high_water() == 1
+            childs = child_view._live()
+        parents_in_use = in_use._live()
+    monkeypatch.undo()
+    try:
+        assert childs is not idle
+        assert childs is not parents_in_use
+        assert sqlite._pool == [childs]
+        assert sqlite._inherited == [idle, parents_in_use]  # kept, never closed: still the parent's
+        for connection in (idle, parents_in_use):
+            assert connection.execute("SELECT count(*) FROM events").fetchone() == (1,)
+    finally:
+        for connection in (idle, parents_in_use, childs):  # one process plays both here
+            connection.close()
+
+
+def test_a_connection_in_use_when_the_store_closes_is_closed_when_released(db_path: Path) -> None:
+    backend = SQLiteStore(db_path)
+    with backend.read(SCOPE) as reader:
+        connection = reader._live()
+        backend.close()
+        assert reader.high_water() == 0  # an open view still reads
+    with pytest.raises(sqlite3.ProgrammingError, match="closed database"):
+        connection.execute("SELECT 1")
+    with pytest.raises(StoreUnavailableError, match="closed"), backend.read(SCOPE):
+        pass
+
+
+def _drops(connection: sqlite3.Connection) -> None:
+    with pytest.raises(sqlite3.ProgrammingError, match="closed database"):
+        connection.execute("SELECT 1")
+
+
+def test_a_pooled_connection_that_cannot_begin_is_dropped_and_the_next_read_works(sqlite: SQLiteStore) -> None:
+    def deny_begin(action: int, argument: str | None, *_: object) -> int:
+        refused = action == sqlite3.SQLITE_TRANSACTION and argument == "BEGIN"
+        return sqlite3.SQLITE_DENY if refused else sqlite3.SQLITE_OK
+
+    with sqlite.read(SCOPE) as reader:
+        broken = reader._live()
+        broken.set_authorizer(deny_begin)  # back in the pool, this connection cannot start a transaction
+    with pytest.raises(StoreUnavailableError, match=r"^sqlite begin read failed: SQLITE_AUTH$"), sqlite.read(SCOPE):
+        pass
+    _drops(broken)
+    with sqlite.read(SCOPE) as reader:
+        assert reader.high_water() == 0
+
+
+def test_a_read_whose_snapshot_cannot_be_released_drops_its_connection(sqlite: SQLiteStore) -> None:
+    """A connection whose ROLLBACK failed may still hold its snapshot: it is closed, never pooled."""
+    with sqlite.write(SCOPE) as unit:
+        unit.append_event(event(1))
+    with sqlite.read(SCOPE) as reader:
+        assert reader.high_water() == 1
+        stuck = reader._live()
+        stuck.set_progress_handler(lambda: 1, 1)  # every statement is interrupted from now on, ROLLBACK too
+    _drops(stuck)
+    with sqlite.write(SCOPE) as unit:
+        unit.append_event(event(2))
+    with sqlite.read(SCOPE) as reader:
+        assert reader.high_water() == 2
+
+
+def test_an_interrupted_unit_is_rolled_back_whole_and_its_connection_dropped(sqlite: SQLiteStore) -> None:
+    """An interrupt (``Connection.interrupt()``, here a progress handler) makes SQLite roll the whole unit back
+    itself; the unit's own ROLLBACK then fails, the interruption is reported and the connection is closed."""
+    with sqlite.write(SCOPE) as unit:
+        unit.append_event(event(1))
+    before = snapshot(sqlite, SCOPE)
+    connections: list[sqlite3.Connection] = []
+
+    def interrupted_unit() -> None:
+        with sqlite.write(SCOPE) as unit:
+            unit.append_event(event(2))
+            connections.append(unit._live())
+            connections[0].set_progress_handler(lambda: 1, 1)
+            unit.put_candidate(candidate("c1"))
+
+    with pytest.raises(StoreUnavailableError, match=r"^sqlite put_candidate failed: SQLITE_INTERRUPT$"):
+        interrupted_unit()
+    (interrupted,) = connections
+    assert snapshot(sqlite, SCOPE) == before  # event 2 went with the interrupted statement
+    _drops(interrupted)
+    with sqlite.write(SCOPE) as unit:  # the writer lock was released
+        unit.append_event(event(2))
+
+
+def test_an_erasure_whose_wal_scrub_fails_is_committed_logged_and_its_connection_dropped(
+    sqlite: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The scrub after an erasure's commit is best effort: if it cannot run, the erasure stands, a warning
+    says the WAL is truncated later, and a connection whose busy timeout could not be restored is closed."""
+    with sqlite.write(SCOPE) as unit:
+        unit.put_record(record("mem_a"))
+        unit.index_document(document("mem_a", {"alpha": (1, 0, 0, 0, 0)}))
+
+    def deny_pragmas(action: int, *_: object) -> int:
+        return sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_PRAGMA else sqlite3.SQLITE_OK
+
+    with caplog.at_level("WARNING", logger="engram_memory"), sqlite.write(SCOPE) as unit:
+        unit.unindex("mem_a")
+        scrubbing = unit._live()
+        scrubbing.set_authorizer(deny_pragmas)  # neither the checkpoint's busy timeout nor its restore can be set
+    assert [record.getMessage() for record in caplog.records] == [
+        "write-ahead log in use after an erasure; it is truncated later"
+    ]
+    _drops(scrubbing)
+    with sqlite.read(SCOPE) as reader:
+        assert list(reader.indexed_ids()) == []
+        assert reader.postings("alpha") == []
+
+
+def test_compact_gives_up_while_a_writer_of_this_process_holds_the_store(db_path: Path) -> None:
+    backend = SQLiteStore(db_path, busy_timeout_ms=50)
+    try:
+        with backend.write(SCOPE) as unit:
+            unit.append_event(event(1))
+            with pytest.raises(StoreUnavailableError, match=r"^another writer of this process holds the store$"):
+                backend.compact()
+        backend.compact()  # once the unit committed
+        assert snapshot(backend, SCOPE)["high_water"] == 1
+    finally:
+        backend.close()
+
+
+def test_a_failing_diagnostic_probe_is_a_port_error(sqlite: SQLiteStore) -> None:
+    def deny_pragmas(action: int, *_: object) -> int:
+        return sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_PRAGMA else sqlite3.SQLITE_OK
+
+    with sqlite.read(SCOPE) as reader:
+        pooled = reader._live()
+    pooled.set_authorizer(deny_pragmas)
+    for probe in (sqlite.pragmas, sqlite.schema_version):
+        with pytest.raises(StoreUnavailableError, match=r"^sqlite inspect failed: SQLITE_AUTH$"):
+            probe()
+    pooled.set_authorizer(None)
+    assert sqlite.schema_version() == _schema.STORE_SCHEMA.latest  # the probe's connection went back to the pool

@@ -32,8 +32,10 @@ from engram_memory.errors import ErrorCode
 from engram_memory.journal import VerifyReport
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.ports import IndexedDocument, JournalEvent, RecordRow, Store
+from engram_memory.records import record_context
 from engram_memory.stores.memory import InMemoryStore
-from engram_memory.testing import Harness, distinctive_words, make_binding
+from engram_memory.testing import Harness, capture_args, distinctive_words, make_binding, ok
+from engram_memory.testing.fakes import CAPTURE
 
 A: Final = make_binding("tenant-verify", "workspace-state")
 HIGH_WATER: Final = 7
@@ -131,6 +133,71 @@ def test_memory_live_row_that_its_body_does_not_hold(memory: _MemoryWorld, chang
     _assert_corrupt_at(_verify(memory.service), CURSORS["r3"])
 
 
+@pytest.mark.parametrize(
+    "changes", [{"state": "historical"}, {"record_digest": ZERO_DIGEST}], ids=lambda changes: next(iter(changes))
+)
+def test_memory_a_record_row_whose_state_or_digest_the_fold_does_not_derive(
+    memory: _MemoryWorld, changes: dict[str, Any]
+) -> None:
+    memory.put("r2", **changes)
+    report = _verify(memory.service)
+    _assert_corrupt_at(report, CURSORS["r2"])
+    assert report.detail == "record state differs from the fold"
+
+
+def test_memory_a_record_row_that_vanished_is_journal_corrupt_at_its_last_event(memory: _MemoryWorld) -> None:
+    del memory.store.raw_partition(A.scope).records[memory.records["r3"]]
+    report = _verify(memory.service)
+    _assert_corrupt_at(report, CURSORS["r3"])
+    assert report.detail == "record state differs from the fold"
+
+
+def test_memory_a_live_record_without_its_sealed_body_is_blob_missing(memory: _MemoryWorld) -> None:
+    memory.put("r3", sealed=None)
+    report = _verify(memory.service)
+    assert (report.ok, report.code, report.cursor, report.detail) == (
+        False,
+        ErrorCode.BLOB_MISSING,
+        CURSORS["r3"],
+        "sealed body is missing",
+    )
+
+
+@pytest.mark.parametrize("plaintext", [b"\xff not JSON", b'{"record_id": "mem_x"} trailing', b"[1, 2]"])
+def test_memory_a_body_that_authenticates_but_is_no_record_is_journal_corrupt(
+    memory: _MemoryWorld, plaintext: bytes
+) -> None:
+    """A body sealed under the record's own key and context (it opens) that does not parse as a record."""
+    record_id = memory.records["r3"]
+    memory.put("r3", sealed=memory.service.vault.seal(record_context(A.scope, record_id), plaintext))
+    report = _verify(memory.service)
+    _assert_corrupt_at(report, CURSORS["r3"])
+    assert report.detail == "record body does not re-derive its row"
+
+
+def test_a_record_without_any_index_term_verifies(tmp_path: Path) -> None:
+    """Texts of one- and two-letter words only: the record is indexed with no postings, and that is its state."""
+    arguments = capture_args("idempotency-key:verify-no-terms")
+    for component in arguments["payload"]["components"]:
+        component["text"] = "a b, cd: ef."
+    arguments["payload"]["citations"][0]["source_ref"] = "x:y"
+    clock = ManualClock()
+    accept = DefaultPolicy(admission="accept")
+    services = {
+        "memory": MemoryService(store=InMemoryStore(), vault=InMemoryKeyVault(), policy=accept, clock=clock),
+        "sqlite": connect("sqlite:///" + str(tmp_path / "no-terms.db"), policy=accept, clock=clock),
+    }
+    for name, service in services.items():
+        harness = Harness(service, clock)
+        candidate_id = ok(harness.call(CAPTURE, arguments, A))["candidate_id"]
+        ok(harness.admit(A, candidate_id, "idempotency-key:verify-no-terms-admit"))
+        with service.store.read(A.scope) as reader:
+            assert reader.index_stats().documents == 1
+            assert reader.index_stats().total_lengths == (0, 0, 0, 0, 0)
+        assert _verify(service) == VerifyReport(ok=True, high_water=2), name
+        service.close()
+
+
 def test_memory_trust_revoked_on_a_tombstoned_row(memory: _MemoryWorld) -> None:
     memory.put("r1", trust_valid=False)
     _assert_corrupt_at(_verify(memory.service), CURSORS["r1"])
@@ -226,6 +293,8 @@ SQLITE_TAMPERS: Final = {  # name: (statement, the record it alters); the file h
         "r2",
     ),
     "delete-document": ("DELETE FROM documents WHERE record_id = :record", "r3"),
+    "live-state": ("UPDATE records SET state = 'historical' WHERE record_id = :record", "r2"),
+    "delete-record-row": ("DELETE FROM records WHERE record_id = :record", "r3"),
 }
 
 

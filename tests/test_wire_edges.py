@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, tzinfo
 from typing import Any, Final
 
 import attrs
 import pytest
 
-from engram_memory import ALL_TOOLS, DefaultPolicy, HostBinding, ManualClock, MemoryService
+from engram_memory import ALL_TOOLS, Confirmation, DefaultPolicy, HostBinding, ManualClock, MemoryService
 from engram_memory.context import scope_key
 from engram_memory.errors import PUBLIC_MESSAGES, EngramError, ErrorCode, JsonRpcCode, ProtocolError
 from engram_memory.keyvaults.memory import InMemoryKeyVault
@@ -86,6 +87,17 @@ def test_non_string_keys_are_invalid_schema(harness: Harness, tool: str) -> None
     _assert_invalid_schema(harness.call(tool, arguments, BINDING))
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), b"10", {10}], ids=["nan", "infinity", "bytes", "set"])
+def test_a_value_no_json_text_can_carry_is_invalid_schema_at_its_own_pointer(harness: Harness, value: Any) -> None:
+    """Arguments built in Python may hold what JSON cannot (the 1 MiB bound cannot be measured on them):
+    the field holding it is named, and the call is ``INVALID_SCHEMA`` like any other bad value."""
+    raw = {"query": "orbit", "purpose_ref": PURPOSE, "limit": value}
+    with pytest.raises(EngramError) as refused:
+        parse_args(SearchArgs, raw)
+    assert (refused.value.code, refused.value.pointer) == (ErrorCode.INVALID_SCHEMA, "/limit")
+    _assert_invalid_schema(harness.call(SEARCH, raw, BINDING))
+
+
 def test_operation_digest_refuses_deep_arguments_with_an_engram_error(harness: Harness) -> None:
     with pytest.raises(EngramError) as info:
         harness.service.operation_digest(ADMISSION, _deep_arguments(ADMISSION), BINDING)
@@ -152,6 +164,45 @@ def test_a_binding_must_name_its_tools() -> None:
         HostBinding(  # type: ignore[call-arg]
             tenant_id="t", workspace_id="w", principal="p", agent_id="a", session="s", purpose_ref=PURPOSE
         )
+
+
+class _NoOffset(tzinfo):
+    """A time zone that does not know its offset: a datetime in it is as good as naive."""
+
+    def utcoffset(self, dt: datetime | None) -> None:
+        return None
+
+    def dst(self, dt: datetime | None) -> None:
+        return None
+
+    def tzname(self, dt: datetime | None) -> None:
+        return None
+
+
+@pytest.mark.parametrize("field", ["deadline", "requested_at", "approved_at"])
+@pytest.mark.parametrize("zone", [None, _NoOffset()], ids=["naive", "no-offset"])
+def test_a_time_without_an_offset_is_refused_when_a_binding_or_confirmation_is_built(
+    field: str, zone: tzinfo | None
+) -> None:
+    """A deadline or a confirmation instant must be an instant: ``DEADLINE_EXCEEDED`` and the 30 s window
+    compare it with the clock's aware time, so a naive one is refused at once, naming the field."""
+    aware = datetime(2026, 1, 1, tzinfo=UTC)
+    times = {"deadline": aware, "requested_at": aware, "approved_at": aware, field: datetime(2026, 1, 1, tzinfo=zone)}
+
+    def build() -> object:
+        if field == "deadline":
+            return attrs.evolve(make_binding(), deadline=times["deadline"])
+        return Confirmation(
+            id="confirmation-1",
+            tool=FORGET,
+            target="mem_a",
+            operation_digest="sha256:" + "0" * 64,
+            requested_at=times["requested_at"],
+            approved_at=times["approved_at"],
+        )
+
+    with pytest.raises(ValueError, match=rf"^{field} must be a timezone-aware datetime$"):
+        build()
 
 
 @pytest.mark.parametrize(

@@ -444,6 +444,15 @@ def test_schema_accessors_return_independent_copies() -> None:
     assert s.input_schema("engram_memory_get")["properties"]
 
 
+def test_the_schema_mappings_answer_membership_and_name_their_tools() -> None:
+    for mapping in (s.INPUT_SCHEMAS, s.OUTPUT_SCHEMAS, s.ENVELOPE_SCHEMAS):
+        assert all(tool in mapping for tool in TOOLS)
+        not_a_name: object = 7
+        assert "engram_memory_admin" not in mapping
+        assert not_a_name not in mapping
+        assert repr(mapping) == f"<schemas of {', '.join(TOOLS)}>"
+
+
 @pytest.mark.parametrize("getter", [s.input_schema, s.output_schema, s.output_envelope_schema])
 def test_unknown_tool_is_a_key_error(getter: Any) -> None:
     with pytest.raises(KeyError):

@@ -28,10 +28,12 @@ from engram_memory.errors import (
     EngramError,
     KeyUnavailableError,
     StoreConflictError,
+    StoreCorruptError,
     StoreOutcomeUnknownError,
     StoreUnavailableError,
 )
 from engram_memory.keyvaults.memory import InMemoryKeyVault
+from engram_memory.mutation_guard import Attempt, MutationGuard
 from engram_memory.ports import AdmissionDecision, AdmissionRequest, CandidateRow, RecordRow, SealedEnvelope
 from engram_memory.records import candidate_context
 from engram_memory.stores.memory import InMemoryStore
@@ -598,6 +600,61 @@ def test_a_unit_that_does_not_commit_leaves_no_key_behind(
     assert ok(harness.admit(A, candidate_id, make_key("rolled-back-admit")))["outcome"]["status"] == "accepted"
 
 
+@pytest.mark.parametrize("operation", ["capture", "accept"])
+def test_a_store_found_corrupt_inside_the_unit_is_journal_corrupt_and_leaves_no_key_behind(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault, operation: str
+) -> None:
+    """Corruption met in the unit is not retriable (never STORE_UNAVAILABLE), and the unit's keys go."""
+    candidate_id = harness.pending(A, make_key("corrupt-pending"))
+    before = _frozen(store, vault)
+    faulty = _faulty(harness, store, vault, [StoreCorruptError(ErrorCode.JOURNAL_CORRUPT, "injected: malformed page")])
+    if operation == "capture":
+        envelope = faulty.capture(A, make_key("corrupt"))
+    else:
+        envelope = faulty.admit(A, candidate_id, make_key("corrupt"))
+    fail(envelope, ErrorCode.JOURNAL_CORRUPT, retriable=False)
+    assert _frozen(store, vault) == before
+
+
+def test_keys_of_a_unit_that_did_not_commit_stay_when_the_vault_cannot_destroy_them(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Best effort: the call answers its own failure, not the vault's, and the error is logged; the key that
+    stays encrypts nothing the store holds."""
+    vault.failures = 1
+    faulty = _faulty(harness, store, vault, [StoreUnavailableError("injected: disk full")])
+    with caplog.at_level("ERROR", logger="engram_memory"):
+        fail(faulty.capture(A, make_key("stray-key")), ErrorCode.STORE_UNAVAILABLE, retriable=True)
+    assert [record.getMessage() for record in caplog.records] == [
+        "keys of a mutation that did not commit were not destroyed"
+    ]
+    assert len(vault._keys) == 1
+    assert _stored_key_refs(store) == []
+    assert harness.high_water(A) == 0
+
+
+def test_a_body_that_runs_the_last_checks_itself_is_not_checked_again(clock: ManualClock) -> None:
+    """``commit_mutation`` runs the last checks after the body unless the body ran them first (right before
+    an irreversible step, :class:`Attempt`): a deadline that passes after that point no longer refuses."""
+    guard = MutationGuard(store=InMemoryStore(), vault=InMemoryKeyVault(), policy=ACCEPT, clock=clock)
+    binding = attrs.evolve(A, deadline=clock.now() + timedelta(seconds=1))
+
+    def body(checks_first: bool) -> Callable[[Any, Attempt], dict[str, Any]]:
+        def run(_unit: Any, attempt: Attempt) -> dict[str, Any]:
+            if checks_first:
+                attempt.last_checks()
+            clock.advance(timedelta(seconds=2))  # the irreversible step takes its time
+            return {"done": checks_first}
+
+        return run
+
+    assert guard.commit_mutation(binding, None, None, None, body(checks_first=True)) == ({"done": True}, False)
+    binding = attrs.evolve(A, deadline=clock.now() + timedelta(seconds=1))
+    with pytest.raises(EngramError) as refused:
+        guard.commit_mutation(binding, None, None, None, body(checks_first=False))
+    assert refused.value.code is ErrorCode.DEADLINE_EXCEEDED
+
+
 def test_a_lost_race_destroys_the_losing_attempts_key_and_keeps_the_winners(
     harness: Harness, store: InMemoryStore, vault: FlakyVault
 ) -> None:
@@ -731,6 +788,38 @@ def test_a_state_row_that_disagrees_with_the_journal_is_journal_corrupt(harness:
     assert (report.ok, report.code, report.cursor) == (False, ErrorCode.JOURNAL_CORRUPT, 1)
 
 
+def test_a_pending_candidate_that_lost_its_envelope_is_blob_missing_and_nothing_is_decided(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault
+) -> None:
+    candidate_id = harness.pending(A, make_key("lost-envelope"))
+    row = store.raw_partition(A.scope).candidates[candidate_id]
+    with store.write(A.scope) as unit:
+        unit.put_candidate(attrs.evolve(row, sealed=None))
+    before = _frozen(store, vault)
+    fail(harness.admit(A, candidate_id, make_key("lost-envelope-admit")), ErrorCode.BLOB_MISSING, retriable=False)
+    with pytest.raises(EngramError) as refused:
+        harness.admin.pending_candidates(tenant_id=A.tenant_id, workspace_id=A.workspace_id)
+    assert refused.value.code is ErrorCode.BLOB_MISSING
+    assert _frozen(store, vault) == before
+
+
+def test_forgetting_a_record_whose_body_is_already_gone_still_erases_it(harness: Harness, store: InMemoryStore) -> None:
+    """A lost body never blocks an erasure: the record is tombstoned and unindexed, and the scope verifies again."""
+    _, record_id = harness.accepted(A, make_key("bodiless"))
+    row = store.raw_partition(A.scope).records[record_id]
+    with store.write(A.scope) as unit:
+        unit.put_record(attrs.evolve(row, sealed=None))
+    admin = harness.admin
+    assert admin.verify(tenant_id=A.tenant_id, workspace_id=A.workspace_id).code is ErrorCode.BLOB_MISSING
+    value = ok(harness.forget(A, record_id, make_key("bodiless-forget")))
+    assert value["receipt"]["to_state"] == "tombstoned"
+    partition = store.raw_partition(A.scope)
+    assert partition.records[record_id].state == "tombstoned"
+    assert record_id not in partition.documents
+    assert row.payload_digest in partition.tombstones
+    assert admin.verify(tenant_id=A.tenant_id, workspace_id=A.workspace_id).ok
+
+
 # --------------------------------------------------------------------------- races
 
 
@@ -777,6 +866,21 @@ def test_an_admission_that_loses_a_race_answers_duplicate_exact(
     record_id = ok(winner)["outcome"]["record_id"]
     outcome = ok(envelope)["outcome"]
     assert (outcome["status"], outcome["record_id"]) == ("duplicate_exact", record_id)
+
+
+def test_an_admission_that_loses_a_race_to_its_own_key_answers_the_winner_replayed(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault, clock: ManualClock
+) -> None:
+    """D4: the same key and intent committed first by a racing call is found in the unit: its replay, one accept."""
+    candidate_id = harness.pending(A, make_key("race-twin"))
+    key = make_key("race-twin-admission")
+    winner: dict[str, Any] = {}
+    loser = _racing_service(store, vault, clock, lambda: winner.update(harness.admit(A, candidate_id, key)))
+    value = ok(loser.admit(A, candidate_id, key))
+    assert ok(winner)["replayed"] is False
+    assert value == {**ok(winner), "replayed": True}
+    events = store.raw_partition(A.scope).events
+    assert [json.loads(event.body)["operation"] for event in events] == ["capture", "accept"]
 
 
 def test_a_pending_adjudication_that_loses_a_race_to_its_own_key_replays_the_winner(

@@ -171,7 +171,7 @@ class _TermValues(dict[str, float]):
     def __missing__(self, key: str) -> float:
         fields = self._fields
         contribution = 0.0
-        for part in key.split(","):
+        for part in key.split(",") if key else ():  # "": the term is in no field, it adds nothing
             value = fields.get(part)
             if value is None:
                 position, tf, length = map(int, part.split(":"))

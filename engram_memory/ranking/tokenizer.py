@@ -7,7 +7,6 @@ only of ASCII ``a``–``z`` and at most two characters long is dropped. No stemm
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -18,36 +17,13 @@ __all__ = ["TOKENIZER_VERSION", "field_texts", "term_frequencies", "tokenize"]
 
 TOKENIZER_VERSION: Final = "graphify-memory:tokenizer:v1"
 _WORD: Final = re.compile(r"\w+")
+r"""Python's ``\w`` on ``str`` is exactly ``[\p{L}\p{N}_]`` (``tests/test_tokenizer.py`` checks every code point)."""
 _SHORT_ASCII: Final = re.compile(r"[a-z]{1,2}")
-
-
-def _is_word_char(char: str) -> bool:
-    return char == "_" or unicodedata.category(char)[0] in "LN"
-
-
-def _split_exact(token: str) -> list[str]:
-    r"""Split a ``\w+`` run at characters outside ``[\p{L}\p{N}_]`` (rare, non-ASCII only)."""
-    if token.isascii() or all(_is_word_char(c) for c in token):
-        return [token]
-    parts: list[str] = []
-    current: list[str] = []
-    for char in token:
-        if _is_word_char(char):
-            current.append(char)
-        elif current:
-            parts.append("".join(current))
-            current = []
-    if current:
-        parts.append("".join(current))
-    return parts
 
 
 def tokenize(text: str) -> list[str]:
     """The tokens of ``text`` in order, duplicates kept."""
-    tokens: list[str] = []
-    for match in _WORD.finditer(text.lower()):
-        tokens.extend(t for t in _split_exact(match.group()) if _SHORT_ASCII.fullmatch(t) is None)
-    return tokens
+    return [token for token in _WORD.findall(text.lower()) if _SHORT_ASCII.fullmatch(token) is None]
 
 
 def field_texts(record: Mapping[str, Any]) -> dict[str, str]:
