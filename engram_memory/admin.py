@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 import attrs
 
+from engram_memory.canonical import Domain, digest
 from engram_memory.context import HostBinding
 from engram_memory.errors import EngramError, ErrorCode
 from engram_memory.journal import VerifyReport, state_digest, verify_scope
@@ -25,7 +26,10 @@ class PendingCandidate:
 
     ``payload`` is the payload as it would be admitted (defaults completed) and ``evidence`` the
     evidence bundle as captured, attestation included; ``trust`` is the trust the policy assigned
-    at capture. ``record_digest`` is the digest the admitted record would carry.
+    at capture. ``record_digest`` is the digest the admitted record would carry. ``forgotten`` is
+    ``True`` when a record of the same payload was forgotten in the scope (its payload digest is
+    among the tombstones): accepting it re-admits content that a forget erased, which no policy
+    does by itself (the forgotten-content guard, DESIGN D7) and only the host's ``adjudicate`` can.
     """
 
     candidate_id: str
@@ -37,6 +41,7 @@ class PendingCandidate:
     trust: dict[str, Any]
     payload: dict[str, Any]
     evidence: dict[str, Any]
+    forgotten: bool
 
 
 class MemoryAdmin:
@@ -93,6 +98,9 @@ class MemoryAdmin:
     def pending_candidates(self, *, tenant_id: str, workspace_id: str) -> list[PendingCandidate]:
         """Every ``pending`` candidate of the scope, opened, oldest first: what a reviewer decides on.
 
+        Each says whether its content was forgotten in the scope before (``forgotten``), so that a
+        reviewer never re-admits erased content without knowing it.
+
         Candidate inspection is host maintenance (founding document §0): an agent never sees a
         candidate's content through the six tools. Each envelope is opened in the vault; a
         candidate decided or withdrawn while the list is read is left out.
@@ -105,6 +113,12 @@ class MemoryAdmin:
         with self._service.store.read(scope) as reader:
             rows = [row for row in reader.candidates() if row.state == "pending"]
         opened = [(row, self._open_pending(scope, row)) for row in sorted(rows, key=lambda row: row.created_cursor)]
+        with self._service.store.read(scope) as reader:
+            forgotten = {
+                row.candidate_id: reader.is_tombstoned_payload(digest(Domain.PAYLOAD, envelope["payload"]))
+                for row, envelope in opened
+                if envelope is not None
+            }
         return [
             PendingCandidate(
                 candidate_id=row.candidate_id,
@@ -116,6 +130,7 @@ class MemoryAdmin:
                 trust=envelope["trust"],
                 payload=envelope["payload"],
                 evidence=envelope["evidence"],
+                forgotten=forgotten[row.candidate_id],
             )
             for row, envelope in opened
             if envelope is not None

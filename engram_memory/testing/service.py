@@ -875,6 +875,7 @@ class ServiceConformance:
         assert is_digest(listed[0].record_digest)
         assert listed[0].trust["class"] == "asserted"
         assert parse_instant(listed[0].recorded_at) == harness.clock.now()
+        assert [item.forgotten for item in listed] == [False, False]
         assert self.verified(harness, A) == height
         assert admin.pending_candidates(tenant_id="tenant-a", workspace_id="workspace-9") == []
         admin.adjudicate(tenant_id="tenant-a", workspace_id="workspace-1", candidate_id=first, decision="accept")
@@ -1461,6 +1462,9 @@ class ServiceConformance:
         with self.unchanged(harness, binds=True):
             value = ok(harness.admit(A, candidate_id, make_key("fc-again-req")))
         assert value["outcome"]["status"] == "pending_adjudication"
+        fresh = harness.pending(A, make_key("fc-fresh"))
+        listed = harness.admin.pending_candidates(tenant_id="tenant-a", workspace_id="workspace-1")
+        assert {item.candidate_id: item.forgotten for item in listed} == {candidate_id: True, fresh: False}
         result = harness.admin.adjudicate(
             tenant_id="tenant-a", workspace_id="workspace-1", candidate_id=candidate_id, decision="accept"
         )
