@@ -25,6 +25,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.types import TextContent
 
+import engram_memory._version
 from engram_memory import ALL_TOOLS, DefaultPolicy, HostBinding, ManualClock, MemoryService, ProtocolError, connect
 from engram_memory.adapters.mcp import BindingFor, RequestContext, build_server
 from engram_memory.wire.descriptors import tool_descriptors
@@ -379,6 +380,14 @@ async def test_a_protocol_error_is_not_logged_as_a_failure(
     assert [r for r in caplog.records if r.name == "engram_memory.adapters.mcp"] == []
 
 
+def _version_in_source() -> str:
+    """The version as the build backend reads it: ``_version.py`` of the package as imported."""
+    source = Path(engram_memory._version.__file__).read_text(encoding="utf-8")  # the checkout's, or the wheel's
+    match = re.search(r'^__version__ = "([^"]+)"$', source, re.MULTILINE)
+    assert match is not None
+    return match.group(1)
+
+
 async def test_the_tool_list_is_private_and_never_cached(
     service: MemoryService, binding: HostBinding, mode: str
 ) -> None:
@@ -402,10 +411,7 @@ async def test_the_server_announces_its_name_and_the_package_version(
     assert default_info.name == "engram-memory"
     assert named_info.name == "acme-memory"
     # The version as the build backend reads it (hatch: ``engram_memory/_version.py``).
-    source = (Path(__file__).parents[1] / "engram_memory" / "_version.py").read_text(encoding="utf-8")
-    match = re.search(r'^__version__ = "([^"]+)"$', source, re.MULTILINE)
-    assert match is not None
-    version = match.group(1)
+    version = _version_in_source()
     assert default_info.version == named_info.version == version
 
 

@@ -26,6 +26,7 @@ from engram_memory.ports import KeyVault
 from engram_memory.stores.sqlite import MigrationLedgerError, SchemaVersionError, SQLiteStore
 from engram_memory.testing import KeyVaultConformance
 from engram_memory.testing.keyvault import KeyMaterial
+from tests.sqlite_faults import corrupt_table
 
 MASTER = bytes(range(32))
 CONTEXT = "scope:candidate-1"
@@ -554,27 +555,12 @@ def test_a_vault_another_process_is_creating_is_locked_until_it_commits(vault_pa
         assert vault.open(envelope, CONTEXT) == b"once the lock is gone"
 
 
-def _corrupt_table(path: Path, table: str) -> None:
-    """Overwrite every page of ``table`` and of its indexes with ``0xFF``, as a failing disk would."""
-    raw = sqlite3.connect(path)
-    try:
-        page_size = raw.execute("PRAGMA page_size").fetchone()[0]
-        pages = [row[0] for row in raw.execute("SELECT rootpage FROM sqlite_master WHERE tbl_name = ?", (table,))]
-    finally:
-        raw.close()
-    assert pages
-    data = bytearray(path.read_bytes())
-    for page in pages:
-        data[(page - 1) * page_size : page * page_size] = b"\xff" * page_size
-    path.write_bytes(bytes(data))
-
-
 def test_a_corrupted_key_table_is_journal_corrupt_to_open_and_holds(vault_path: Path) -> None:
     """Corruption is not retriable, and the error names the action, never the key."""
     with SQLiteKeyVault(vault_path, MASTER) as vault:
         envelope = vault.seal(CONTEXT, b"secret")
     assert not Path(f"{vault_path}-wal").exists()  # everything is in the database file
-    _corrupt_table(vault_path, "data_keys")
+    corrupt_table(vault_path, "data_keys")
     with SQLiteKeyVault(vault_path, MASTER) as vault:
         for action, call in (
             ("open", lambda: vault.open(envelope, CONTEXT)),

@@ -7,6 +7,7 @@ import json
 import os
 import sqlite3
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -73,5 +74,5 @@ def test_a_forked_child_opens_its_own_connections_and_both_processes_keep_workin
     assert _found(service, "zqparentafter") == [after]
     service.close()
     for name in ("fork.db", "fork.db.vault"):
-        with sqlite3.connect(tmp_path / name) as raw:
+        with closing(sqlite3.connect(tmp_path / name)) as raw:  # a connection's own `with` does not close it
             assert raw.execute("PRAGMA integrity_check").fetchone() == ("ok",)

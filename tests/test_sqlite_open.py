@@ -99,21 +99,6 @@ def _raw(path: Path, *statements: str) -> None:
         conn.close()
 
 
-def test_a_store_whose_application_id_was_changed_is_refused_untouched(tmp_path: Path) -> None:
-    """The ledger alone does not vouch for a file: ``application_id`` must name a store too."""
-    path = tmp_path / "store.db"
-    SQLiteStore(path).close()
-    _raw(path, "PRAGMA application_id = 1234", "PRAGMA wal_checkpoint(TRUNCATE)")
-    before = path.read_bytes()
-    with pytest.raises(MigrationLedgerError) as refused:
-        SQLiteStore(path)
-    error = refused.value
-    assert (error.code, error.retriable) == (ErrorCode.MIGRATION_LEDGER_INVALID, False)
-    assert (error.found, error.supported) == (STORE_SCHEMA.latest, STORE_SCHEMA.latest)
-    assert "not an engram-memory store database" in " ".join(error.__notes__)
-    assert path.read_bytes() == before
-
-
 @pytest.mark.parametrize("secret", [b"", b"s" * 31, b"s" * 33], ids=["empty", "31-bytes", "33-bytes"])
 def test_a_store_secret_that_is_not_32_bytes_is_journal_corrupt(tmp_path: Path, secret: bytes) -> None:
     path = tmp_path / "store.db"
@@ -184,17 +169,28 @@ def test_a_schema_whose_migrations_are_not_numbered_one_to_n_is_refused() -> Non
             SchemaSpec(kind="store", application_id=STORE_SCHEMA.application_id, migrations=migrations)
 
 
-def test_a_store_without_its_schema_ledger_is_refused_untouched(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("tampering", "note"),
+    [
+        # the ledger alone does not vouch for a file: ``application_id`` must name a store too
+        ("PRAGMA application_id = 1234", "not an engram-memory store database"),
+        ("DROP TABLE schema_migrations", "schema ledger is missing"),
+    ],
+    ids=["application-id", "no-ledger"],
+)
+def test_a_store_whose_identity_or_ledger_was_changed_is_refused_untouched(
+    tmp_path: Path, tampering: str, note: str
+) -> None:
     path = tmp_path / "store.db"
     SQLiteStore(path).close()
-    _raw(path, "DROP TABLE schema_migrations", "PRAGMA wal_checkpoint(TRUNCATE)")
+    _raw(path, tampering, "PRAGMA wal_checkpoint(TRUNCATE)")
     before = path.read_bytes()
     with pytest.raises(MigrationLedgerError) as refused:
         SQLiteStore(path)
     error = refused.value
     assert (error.code, error.retriable) == (ErrorCode.MIGRATION_LEDGER_INVALID, False)
     assert (error.found, error.supported) == (STORE_SCHEMA.latest, STORE_SCHEMA.latest)
-    assert "schema ledger is missing" in error.__notes__
+    assert note in error.__notes__
     assert path.read_bytes() == before
 
 

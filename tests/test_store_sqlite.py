@@ -68,6 +68,7 @@ from engram_memory.testing import (
 )
 from engram_memory.testing.fakes import CAPTURE, capture_args, make_key, ok
 from engram_memory.testing.service import ReplaceEventBody
+from tests.sqlite_faults import corrupt_table
 
 REPO = Path(__file__).resolve().parents[1]
 SCOPE = "scope-a"
@@ -1406,21 +1407,6 @@ def test_a_failing_settle_of_a_held_key_is_a_port_error(sqlite: SQLiteStore) -> 
 # --------------------------------------------------------------------------- SQLite: faults on a live store
 
 
-def _corrupt_table(path: Path, table: str) -> None:
-    """Overwrite every page of ``table`` and of its indexes with ``0xFF``, as a failing disk would."""
-    raw = sqlite3.connect(path)
-    try:
-        page_size = raw.execute("PRAGMA page_size").fetchone()[0]
-        pages = [row[0] for row in raw.execute("SELECT rootpage FROM sqlite_master WHERE tbl_name = ?", (table,))]
-    finally:
-        raw.close()
-    assert pages
-    data = bytearray(path.read_bytes())
-    for page in pages:
-        data[(page - 1) * page_size : page * page_size] = b"\xff" * page_size
-    path.write_bytes(bytes(data))
-
-
 def _in_view(read: Callable[[Any], object]) -> Callable[[SQLiteStore], object]:
     def run(backend: SQLiteStore) -> object:
         with backend.read(SCOPE) as reader:
@@ -1447,7 +1433,7 @@ def test_a_corrupted_table_is_journal_corrupt_to_its_reader(db_path: Path, name:
         unit.append_event(event(1))
         unit.put_candidate(candidate("c1"))
     assert not Path(f"{db_path}-wal").exists()  # everything is in the database file
-    _corrupt_table(db_path, table)
+    corrupt_table(db_path, table)
     with SQLiteStore(db_path) as backend:
         with pytest.raises(StoreCorruptError) as caught:
             read(backend)
