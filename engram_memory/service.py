@@ -137,7 +137,16 @@ class MemoryService:
     # ------------------------------------------------------------------ host checks
 
     def granted_tools(self, binding: HostBinding) -> frozenset[str]:
-        """The tools both the binding and the policy grant."""
+        """The tools both the binding and the policy grant.
+
+        Raises:
+            ProtocolError: -32603 when the host context is missing (as for :meth:`call_tool`).
+        """
+        self._check_context(binding)
+        return self._granted(binding)
+
+    def _granted(self, binding: HostBinding) -> frozenset[str]:
+        """:meth:`granted_tools` of a binding already checked."""
         return binding.tools & self.policy.granted_tools(binding) & frozenset(TOOL_NAMES)
 
     @staticmethod
@@ -159,7 +168,7 @@ class MemoryService:
 
     def _check_grant(self, tool: object, binding: HostBinding) -> None:
         """-32602 unless ``tool`` is the name (a ``str``) of a tool this binding is granted."""
-        if not isinstance(tool, str) or tool not in ARGS_BY_TOOL or tool not in self.granted_tools(binding):
+        if not isinstance(tool, str) or tool not in ARGS_BY_TOOL or tool not in self._granted(binding):
             raise ProtocolError.unknown_tool("tool unknown or not granted")
 
     def _guard(self, tool: str, binding: HostBinding, args: object) -> None:
@@ -238,7 +247,7 @@ class MemoryService:
         from engram_memory.wire.descriptors import tool_descriptors  # noqa: PLC0415 - light import
 
         self._check_context(binding)
-        granted = self.granted_tools(binding)
+        granted = self._granted(binding)
         return tool_descriptors(name for name in TOOL_NAMES if name in granted)
 
     def operation_digest(self, name: str, arguments: Any, binding: HostBinding) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import pytest
 
-from engram_memory import DefaultPolicy, ManualClock, MemoryService
+from engram_memory import ALL_TOOLS, DefaultPolicy, ManualClock, MemoryService
 from engram_memory.errors import EngramError, ErrorCode, JsonRpcCode, ProtocolError
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.ports import StoreReader, UnitOfWork
@@ -287,3 +287,16 @@ def test_a_binding_that_is_not_a_host_binding_stays_the_protocol_error_call_tool
     assert info.value.code is JsonRpcCode.INTERNAL_ERROR
     assert info.value.__notes__ == ["no host binding: dict"]
     assert store.opened == []
+
+
+@pytest.mark.parametrize("query", ["granted_tools", "list_tools"])
+def test_the_host_queries_refuse_a_binding_that_is_not_a_host_binding(query: str) -> None:
+    """``granted_tools`` and ``list_tools`` check the binding as every call does: -32603, never AttributeError."""
+    service, store, _ = _typed(SEARCH)
+    binding = {"tenant_id": "tenant-a", "workspace_id": "workspace-1", "principal": "principal-1"}
+    with pytest.raises(ProtocolError) as info:
+        getattr(service, query)(binding)
+    assert info.value.code is JsonRpcCode.INTERNAL_ERROR
+    assert info.value.__notes__ == ["no host binding: dict"]
+    assert store.opened == []
+    assert service.granted_tools(make_binding()) == ALL_TOOLS
