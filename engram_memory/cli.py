@@ -563,7 +563,9 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Print each pending candidate of one scope as a JSON object on its own line, oldest first: its id, "
             "the payload as it would be admitted, the evidence as captured, the trust and policy it was captured "
-            "under and the record digest it would carry. This is the host's review, and it prints content: run it "
+            "under, the record digest it would carry, and whether content of the same payload was forgotten in the "
+            "scope (forgotten: accepting it re-admits erased content). This is the host's review, and it prints "
+            "content: run it "
             "where the content may be shown. Reads only, like verify."
         ),
     )
