@@ -99,18 +99,18 @@ _LENGTHS: Final = "len_primary, len_decision, len_evidence, len_context, len_cit
 _DOC_LENGTHS: Final = ", ".join(f"d.len_{f}" for f in FIELDS)
 _INDEX_ENTRIES: Final = (
     "SELECT CAST(doc AS TEXT), record_id, state, trust_valid, valid_from, valid_to, expires_at_ms FROM records"
-    " WHERE doc IN (SELECT CAST(value AS INTEGER) FROM json_each(?) WHERE CAST(CAST(value AS INTEGER) AS TEXT) = value)"
-    " AND doc IS NOT NULL AND scope_id = ?"
+    " WHERE doc IN (SELECT value FROM json_each(?)) AND doc IS NOT NULL AND scope_id = ?"
 )
-"""Hits to rows, the keys passed as one JSON array of strings (one prepared statement for any count).
+"""Hits to rows, the document numbers passed as one JSON array of integers (``_document_numbers``).
 
-Only keys that are canonical decimals select a document, and each row comes back under its own
-key; ``records_by_document`` covers the lookup (``doc IS NOT NULL`` lets the partial index serve).
+One prepared statement for any count; each row comes back under its own key (the number's decimal
+spelling). ``records_by_document`` covers the lookup (``doc IS NOT NULL`` lets the partial index
+serve). Integers, not strings: an array of strings costs a text-to-integer comparison per probe,
+which made this lookup 2.5-4 times slower.
 """
 _ELIGIBLE_ROWS: Final = (
     " FROM records"
-    " WHERE doc IN (SELECT CAST(value AS INTEGER) FROM json_each(?1)"
-    " WHERE CAST(CAST(value AS INTEGER) AS TEXT) = value) AND doc IS NOT NULL AND scope_id = ?2"
+    " WHERE doc IN (SELECT value FROM json_each(?1)) AND doc IS NOT NULL AND scope_id = ?2"
     " AND state = 'accepted_current' AND trust_valid = 1 AND valid_from <= ?3"
     " AND (valid_to IS NULL OR ?3 <= valid_to) AND (expires_at_ms IS NULL OR ?4 < expires_at_ms)"
 )
@@ -214,6 +214,31 @@ def _record_values(row: RecordRow) -> tuple[Any, ...]:
         row.expires_at_ms,
         int(row.trust_valid),
     )
+
+
+_MAX_DOCUMENT: Final = str(2**63 - 1)
+"""The largest ``INTEGER PRIMARY KEY`` (19 digits): a longer or larger decimal names no document."""
+
+
+def _is_document_number(key: str) -> bool:
+    """Whether ``key`` is how ``term_postings`` spells a document number: canonical ASCII decimal, in range."""
+    return (
+        key.isascii()
+        and key.isdigit()
+        and (key[0] != "0" or key == "0")
+        and (len(key) < len(_MAX_DOCUMENT) or (len(key) == len(_MAX_DOCUMENT) and key <= _MAX_DOCUMENT))
+    )
+
+
+def _document_numbers(documents: Sequence[str]) -> str | None:
+    """The keys that can name a document, as a JSON array of integers (``None`` when there is none).
+
+    Any other spelling of a number (signed, padded, zero-led, exponent, non-ASCII digits) names no
+    document, as the port requires; since only canonical decimals pass, each number's decimal
+    spelling, which the lookups return, is the key that was asked.
+    """
+    kept = [key for key in documents if _is_document_number(key)]
+    return "[" + ",".join(kept) + "]" if kept else None
 
 
 @functools.cache
@@ -428,10 +453,10 @@ class _View:
         partial index of indexed rows that covers their eligibility inputs.
         """
         sid = self._sid()
-        numbers = [key for key in documents if key.isascii() and key.isdigit()]  # SQL checks the spelling
-        if sid is None or not numbers:
+        numbers = _document_numbers(documents)
+        if sid is None or numbers is None:
             return {}
-        rows = self._all(_INDEX_ENTRIES, (json.dumps(numbers), sid))
+        rows = self._all(_INDEX_ENTRIES, (numbers, sid))
         found = {
             key: IndexEntry(record_id, state, trust == 1, valid_from, valid_to, expires_at_ms)
             for key, record_id, state, trust, valid_from, valid_to, expires_at_ms in rows
@@ -443,10 +468,10 @@ class _View:
     def eligible_documents(self, documents: Sequence[str], *, valid_as_of: int, now_ms: int) -> list[EligibleDocument]:
         """The eligible ones of these document keys; the rule is judged in the lookup (``_ELIGIBLE_DOCUMENTS``)."""
         sid = self._sid()
-        numbers = [key for key in documents if key.isascii() and key.isdigit()]  # SQL checks the spelling
-        if sid is None or not numbers:
+        numbers = _document_numbers(documents)
+        if sid is None or numbers is None:
             return []
-        params = (json.dumps(numbers), sid, valid_as_of, now_ms)
+        params = (numbers, sid, valid_as_of, now_ms)
         found, record_ids, valid_tos = self._one(_ELIGIBLE_DOCUMENTS, params)
         if found is None:
             return []
