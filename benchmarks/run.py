@@ -66,7 +66,7 @@ import rfc8785  # noqa: E402
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: E402
 
 import engram_memory  # noqa: E402
-from engram_memory import Confirmation, DefaultPolicy, HostBinding, MemoryService, connect  # noqa: E402
+from engram_memory import DefaultPolicy, HostBinding, MemoryService, connect  # noqa: E402
 from engram_memory.canonical import canonical_bytes  # noqa: E402
 from engram_memory.ports import RankingQuery  # noqa: E402
 from engram_memory.ranking.tokenizer import field_texts  # noqa: E402
@@ -179,12 +179,11 @@ def ok(envelope: dict[str, Any]) -> dict[str, Any]:
 def confirmed(service: MemoryService, tool: str, args: dict[str, Any], binding: HostBinding) -> HostBinding:
     """``binding`` with a valid confirmation of this exact call (built outside the timed region)."""
     now = datetime.now(UTC)
-    target = args.get("candidate_id") or args["record_id"]
-    confirmation = Confirmation(
-        id="confirmation-" + uuid.uuid4().hex,
-        tool=tool,
-        target=target,
-        operation_digest=service.operation_digest(tool, args, binding),
+    confirmation = service.confirmation(
+        tool,
+        args,
+        binding,
+        confirmation_id="confirmation-" + uuid.uuid4().hex,
         requested_at=now - timedelta(seconds=5),
         approved_at=now,
     )

@@ -40,7 +40,7 @@ from engram_memory.adapters import MCP_EXTRA
 from engram_memory.admin import MemoryAdmin
 from engram_memory.clock import ManualClock, SystemClock
 from engram_memory.connect import connect
-from engram_memory.context import ALL_TOOLS, Confirmation, HostBinding
+from engram_memory.context import ALL_TOOLS, HostBinding
 from engram_memory.errors import EngramError, PortError, ProtocolError, StoreUnavailableError
 from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, SQLiteKeyVault
 from engram_memory.policy import DefaultPolicy
@@ -139,14 +139,14 @@ def _show(say: Say, label: str, envelope: dict[str, Any]) -> None:
 
 
 def _confirmed(
-    *, service: MemoryService, clock: ManualClock, binding: HostBinding, tool: str, args: dict[str, Any], target: str
+    *, service: MemoryService, clock: ManualClock, binding: HostBinding, tool: str, args: dict[str, Any]
 ) -> HostBinding:
     now = clock.now()
-    confirmation = Confirmation(
-        id=f"approval-{tool}-{target[:16]}",
-        tool=tool,
-        target=target,
-        operation_digest=service.operation_digest(tool, args, binding),
+    confirmation = service.confirmation(
+        tool,
+        args,
+        binding,
+        confirmation_id=f"approval-{args['idempotency_key']}",
         requested_at=now - timedelta(seconds=20),
         approved_at=now - timedelta(seconds=5),
     )
@@ -217,14 +217,10 @@ def _narrate(service: MemoryService, clock: ManualClock, where: str, say: Say) -
         service.call_tool("engram_memory_withdraw", withdraw, acme)
     except ProtocolError as exc:
         say(f"  withdraw without confirmation: JSON-RPC {int(exc.code)} ({exc.message})")
-    confirmed = _confirmed(
-        service=service, clock=clock, binding=acme, tool="engram_memory_withdraw", args=withdraw, target=pending
-    )
+    confirmed = _confirmed(service=service, clock=clock, binding=acme, tool="engram_memory_withdraw", args=withdraw)
     _show(say, "withdraw (confirmed)", service.call_tool("engram_memory_withdraw", withdraw, confirmed))
     forget = {"record_id": record_id, "idempotency_key": "demo-forget-0001", "reason_ref": "owner-request"}
-    confirmed = _confirmed(
-        service=service, clock=clock, binding=acme, tool="engram_memory_forget", args=forget, target=record_id
-    )
+    confirmed = _confirmed(service=service, clock=clock, binding=acme, tool="engram_memory_forget", args=forget)
     _show(say, "forget (confirmed)", service.call_tool("engram_memory_forget", forget, confirmed))
     _show(say, "search after forget", service.call_tool("engram_memory_search", search, acme))
     say("5. forgotten content re-captured is held for a human (forgotten-content guard)")

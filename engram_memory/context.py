@@ -77,6 +77,7 @@ class Confirmation:
     (see :meth:`engram_memory.MemoryService.operation_digest`), ``approved_at − requested_at`` is
     within 0..300 s, the call runs within 30 s after ``approved_at``, and ``id`` was never used
     (it is consumed in the same unit of work as the mutation).
+    :meth:`engram_memory.MemoryService.confirmation` builds the one of a given call.
     """
 
     id: str

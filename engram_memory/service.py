@@ -14,12 +14,14 @@ import logging
 import unicodedata
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Final, Self
 
 from engram_memory.canonical import has_utf8_form
 from engram_memory.clock import SystemClock
-from engram_memory.context import HostBinding
+from engram_memory.context import Confirmation, HostBinding
 from engram_memory.errors import EngramError, ErrorCode, ProtocolError
+from engram_memory.mutation_guard import Mutation, operation_target
 from engram_memory.policy import DefaultPolicy
 from engram_memory.policy_guard import GuardedPolicy
 from engram_memory.ports import Clock, KeyVault, Policy, Ranker, Store
@@ -253,16 +255,67 @@ class MemoryService:
     def operation_digest(self, name: str, arguments: Any, binding: HostBinding) -> str:
         """The digest a host shows a human before confirming a mutation.
 
+        :meth:`confirmation` builds the whole :class:`~engram_memory.Confirmation` around it.
+
         Raises:
             ProtocolError: -32603 when the host context is missing; -32602 for an unknown tool or
                 one that is not a mutation.
             EngramError: ``INVALID_SCHEMA`` / ``INVALID_DIGEST`` for invalid arguments.
         """
+        return self._write.guard.operation_digest(name, self._mutation_args(name, arguments, binding), binding)
+
+    def confirmation(
+        self,
+        name: str,
+        arguments: Any,
+        binding: HostBinding,
+        *,
+        confirmation_id: str,
+        requested_at: datetime,
+        approved_at: datetime,
+    ) -> Confirmation:
+        """The :class:`~engram_memory.Confirmation` of exactly this call, for the host to bind.
+
+        Build it only after a human approved this operation (shown its tool, target and arguments),
+        then put it in the call's binding. ``tool`` is ``name``, ``operation_digest`` is
+        :meth:`operation_digest` of the same call, and ``target`` is what the gate compares: the
+        candidate id (request_admission, withdraw), the record id (forget) or the idempotency key
+        (capture). It only builds the value: nothing is read, written or consumed. The gate checks
+        the time windows (approval within 300 s of the request, the call within 30 s of approval)
+        and the single use of ``confirmation_id`` when the call runs.
+
+        Args:
+            name: the mutating tool.
+            arguments: its JSON arguments (a ``dict``, as for :meth:`call_tool` and
+                :meth:`operation_digest`; a typed arguments object is ``INVALID_SCHEMA``).
+            binding: the binding of the call (its scope and principal are in the digest).
+            confirmation_id: the approval's id (``Confirmation.id``), never used before in the scope.
+            requested_at: when the approval was requested (timezone-aware).
+            approved_at: when the human approved (timezone-aware).
+
+        Raises:
+            ProtocolError: -32603 when the host context is missing; -32602 for an unknown tool or
+                one that is not a mutation.
+            EngramError: ``INVALID_SCHEMA`` / ``INVALID_DIGEST`` for invalid arguments.
+            ValueError: ``requested_at`` or ``approved_at`` is a naive datetime.
+        """
+        args = self._mutation_args(name, arguments, binding)
+        return Confirmation(
+            id=confirmation_id,
+            tool=name,
+            target=operation_target(args),
+            operation_digest=self._write.guard.operation_digest(name, args, binding),
+            requested_at=requested_at,
+            approved_at=approved_at,
+        )
+
+    def _mutation_args(self, name: str, arguments: Any, binding: HostBinding) -> Mutation:
+        """A mutation's arguments, parsed once: -32603 without host context, -32602 for another tool."""
         self._check_context(binding)
         if not _is_mutation(name):
             raise ProtocolError.unknown_tool("not a mutating tool")
-        args = parse_args(ARGS_BY_TOOL[name], arguments)
-        return self._write.guard.operation_digest(name, args, binding)
+        args: Mutation = parse_args(ARGS_BY_TOOL[name], arguments)
+        return args
 
     def call_tool(self, name: str, arguments: Any, binding: HostBinding) -> dict[str, Any]:
         """Run one tool call from JSON arguments and return the contract envelope.

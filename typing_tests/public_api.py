@@ -74,6 +74,11 @@ def the_json_contract(service: MemoryService, host: HostBinding) -> None:
     assert_type(service.list_tools(host), list[dict[str, Any]])
     assert_type(service.granted_tools(host), frozenset[str])
     assert_type(service.operation_digest("engram_memory_forget", {}, host), str)
+    now = datetime.now(UTC)
+    built = service.confirmation(
+        "engram_memory_forget", {}, host, confirmation_id="c", requested_at=now, approved_at=now
+    )
+    assert_type(built, Confirmation)
     assert_type(to_envelope(EngramError(ErrorCode.NOT_FOUND), "audit_1"), dict[str, Any])
 
 
@@ -119,3 +124,6 @@ def what_must_not_type_check(service: MemoryService, host: HostBinding) -> None:
     Confirmation(  # type: ignore[call-arg]
         id="c", tool="engram_memory_forget", target="r", requested_at=datetime.now(UTC), approved_at=datetime.now(UTC)
     )
+    now = datetime.now(UTC)
+    service.confirmation("engram_memory_forget", {}, host, confirmation_id="c", requested_at=now)  # type: ignore[call-arg]
+    service.confirmation("engram_memory_forget", {}, host, "c", now, now)  # type: ignore[call-arg]

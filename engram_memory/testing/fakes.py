@@ -20,7 +20,6 @@ from engram_memory.admin import MemoryAdmin
 from engram_memory.clock import ManualClock
 from engram_memory.context import ALL_TOOLS, Confirmation, HostBinding
 from engram_memory.errors import ErrorCode
-from engram_memory.mutation_guard import operation_target
 from engram_memory.ports import (
     AdmissionDecision,
     AdmissionRequest,
@@ -35,7 +34,6 @@ from engram_memory.ports import (
 )
 from engram_memory.service import MemoryService
 from engram_memory.stores.memory import InMemoryStore
-from engram_memory.wire.converter import ARGS_BY_TOOL, parse_args
 
 __all__ = [
     "ADMISSION",
@@ -214,18 +212,25 @@ def confirm(
 ) -> HostBinding:
     """``binding`` carrying a valid :class:`Confirmation` of this exact call, approved now.
 
-    Keyword arguments override single fields to build invalid confirmations (another tool,
-    target or digest; a stale request or approval; a reused id).
+    The confirmation is :meth:`MemoryService.confirmation` of the call. Keyword arguments override
+    single fields to build invalid confirmations (another tool, target or digest; a stale request
+    or approval; a reused id); with both ``target`` and ``operation_digest`` given, the call's
+    arguments are not parsed at all.
     """
+    the_id = confirmation_id if confirmation_id is not None else "confirmation-" + uuid.uuid4().hex
     approved = approved_at if approved_at is not None else clock.now()
     requested = requested_at if requested_at is not None else approved - timedelta(seconds=20)
+    if target is None or operation_digest is None:
+        exact = service.confirmation(
+            tool, args, binding, confirmation_id=the_id, requested_at=requested, approved_at=approved
+        )
+        target = target if target is not None else exact.target
+        operation_digest = operation_digest if operation_digest is not None else exact.operation_digest
     confirmation = Confirmation(
-        id=confirmation_id if confirmation_id is not None else "confirmation-" + uuid.uuid4().hex,
+        id=the_id,
         tool=confirmed_tool if confirmed_tool is not None else tool,
-        target=target if target is not None else operation_target(parse_args(ARGS_BY_TOOL[tool], args)),
-        operation_digest=(
-            operation_digest if operation_digest is not None else service.operation_digest(tool, args, binding)
-        ),
+        target=target,
+        operation_digest=operation_digest,
         requested_at=requested,
         approved_at=approved,
     )
