@@ -464,13 +464,17 @@ class Store(Protocol):
         for its busy timeout (5 s by default). A store may serialise more than one scope at a
         time (both reference stores serialise every writer of the store).
 
-        Usable only inside its ``with`` block; a unit of work opened while the same thread has
-        one open never commits: it raises ``StoreUnavailableError``, at once (``InMemoryStore``)
-        or after the store's timeout (``SQLiteStore``).
+        Usable only inside its ``with`` block. A unit of work opened while the same thread has a
+        unit of the same store open (of any scope) raises ``StoreUnavailableError`` and never
+        commits: nothing it writes is ever seen, and the open unit is unaffected (it commits if
+        the caller catches the error). Both reference stores raise at once, from the ``with``
+        statement, before touching anything; a store may instead wait for its timeout first, as
+        for another writer. The service never nests units.
 
         Raises:
-            StoreUnavailableError: the store cannot start or commit now (retriable), or (from any
-                of the unit's methods) it is used after its block ended.
+            StoreUnavailableError: the store cannot start or commit now (retriable), this thread
+                already has a unit of work of the store open, the store is closed, or (from any of
+                the unit's methods) it is used after its block ended.
             StoreOutcomeUnknownError: the commit may or may not have happened.
         """
         ...
@@ -487,9 +491,9 @@ class Store(Protocol):
         """Release resources; idempotent.
 
         Afterwards each method either works as before or raises ``StoreUnavailableError``, never
-        another exception. ``InMemoryStore`` has nothing to release and keeps working;
-        ``SQLiteStore`` refuses :meth:`read`, :meth:`write` and :meth:`scopes`. Both still answer
-        :meth:`secret` with the same bytes.
+        another exception. Both reference stores refuse :meth:`read`, :meth:`write` and
+        :meth:`scopes` with ``StoreUnavailableError`` (a view or unit opened before finishes
+        normally) and still answer :meth:`secret` with the same bytes.
         """
         ...
 

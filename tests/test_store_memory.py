@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -39,7 +40,7 @@ def _roll_back(store: InMemoryStore, scope: str, body: Callable[[UnitOfWork], ob
 
 
 def test_a_unit_of_work_inside_another_on_one_thread_is_refused() -> None:
-    """SQLite never lets the nested unit commit; in memory it would not be isolated, so it is refused."""
+    """Refused at once, as SQLite does (in memory a nested unit would not be isolated from the open one)."""
     store = InMemoryStore()
     refused: list[str] = []
 
@@ -75,3 +76,28 @@ def test_a_rolled_back_first_unit_leaves_no_partition() -> None:
     store = InMemoryStore()
     _roll_back(store, "scope-a", lambda unit: unit.append_event(_event(1, "gone")))
     assert store._partitions == {}
+
+
+def test_a_writer_waiting_for_the_lock_when_the_store_closes_is_refused() -> None:
+    """``close`` is checked under the lock: a unit still waiting for it is refused, the open one commits."""
+    store = InMemoryStore()
+    asking = threading.Event()
+    refused: list[BaseException] = []
+
+    def second_writer() -> None:
+        asking.set()
+        try:
+            with store.write("scope-a") as unit:
+                unit.append_event(_event(2, "second"))
+        except StoreUnavailableError as exc:
+            refused.append(exc)
+
+    thread = threading.Thread(target=second_writer)
+    with store.write("scope-a") as unit:
+        unit.append_event(_event(1, "first"))
+        thread.start()
+        asking.wait()
+        store.close()
+    thread.join()
+    assert [str(exc) for exc in refused] == ["the store is closed"]
+    assert [event.cursor for event in store.raw_partition("scope-a").events] == [1]

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import pytest
@@ -425,6 +425,99 @@ def test_secret_is_32_bytes(store: Store) -> None:
     assert store.secret() == store.secret()
 
 
+NESTED: Final = r"^a unit of work is open on this thread$"
+CLOSED: Final = r"^the store is closed$"
+
+
+def test_a_unit_opened_inside_an_open_unit_is_refused_and_the_open_unit_commits(store: Store) -> None:
+    """Both stores refuse a nested unit (any scope) from its ``with`` statement; the caller may go on and commit.
+
+    SQLite runs with its default busy timeout: the refusal does not wait for it (it used to, then
+    said another writer held the store).
+    """
+    entered: list[str] = []
+
+    def nested(scope: str) -> None:
+        with store.write(scope) as inner:
+            entered.append(scope)  # never runs
+            inner.append_event(event(1, "inner"))
+
+    with store.write(SCOPE) as outer:
+        outer.append_event(event(1))
+        outer.put_candidate(candidate("c-outer"))
+        for scope in (SCOPE, OTHER):
+            with pytest.raises(StoreUnavailableError, match=NESTED):
+                nested(scope)
+        outer.append_event(event(2))
+    assert entered == []
+    assert snapshot(store, SCOPE)["events"] == [event(1), event(2)]
+    assert [row.candidate_id for row in snapshot(store, SCOPE)["candidates"]] == ["c-outer"]
+    assert snapshot(store, OTHER) == snapshot(store, "scope-never-written")
+    assert store.scopes() == [SCOPE]
+    with store.write(OTHER) as unit:  # the thread's next unit is not nested
+        unit.append_event(event(1, "later"))
+    assert store.scopes() == [SCOPE, OTHER]
+
+
+def test_a_nested_unit_refused_inside_a_unit_that_rolls_back_leaves_nothing(store: Store) -> None:
+    def rolled_back() -> None:
+        with store.write(SCOPE) as outer:
+            outer.append_event(event(1))
+            with pytest.raises(StoreUnavailableError, match=NESTED), store.write(OTHER):
+                pass
+            raise BoomError
+
+    with pytest.raises(BoomError):
+        rolled_back()
+    assert store.scopes() == []
+    with store.write(SCOPE) as unit:  # the rolled-back unit left the thread free to write
+        unit.append_event(event(1, "again"))
+    assert snapshot(store, SCOPE)["events"] == [event(1, "again")]
+
+
+def test_a_closed_store_refuses_read_write_and_scopes_and_keeps_its_secret(store: Store) -> None:
+    """Both stores: after ``close`` (idempotent) the port methods raise StoreUnavailableError; ``secret`` answers."""
+    with store.write(SCOPE) as unit:
+        unit.append_event(event(1))
+    secret = store.secret()
+    store.close()
+    store.close()
+    for _ in range(2):
+        with pytest.raises(StoreUnavailableError, match=CLOSED), store.read(SCOPE):
+            pass
+        with pytest.raises(StoreUnavailableError, match=CLOSED), store.write(SCOPE):
+            pass
+        with pytest.raises(StoreUnavailableError, match=CLOSED):
+            store.scopes()
+        assert store.secret() == secret
+        store.close()
+
+
+def test_a_view_and_a_unit_open_when_the_store_closes_finish_normally(store: Store) -> None:
+    """``close`` refuses what starts after it; what is open goes on (the unit commits).
+
+    The SQLite unit's commit is read back through another store on the same file.
+    """
+    with store.write(SCOPE) as unit:
+        unit.append_event(event(1))
+    with store.read(SCOPE) as reader, store.write(SCOPE) as unit:
+        store.close()
+        assert reader.high_water() == 1
+        unit.append_event(event(2))
+        assert unit.high_water() == 2
+    with pytest.raises(StoreUnavailableError, match=CLOSED), store.read(SCOPE):
+        pass
+    if isinstance(store, InMemoryStore):
+        assert [e.cursor for e in store.raw_partition(SCOPE).events] == [1, 2]
+    else:
+        assert isinstance(store, SQLiteStore)
+        again = SQLiteStore(store.path)
+        try:
+            assert [e.cursor for e in snapshot(again, SCOPE)["events"]] == [1, 2]
+        finally:
+            again.close()
+
+
 def test_random_traces_match_the_in_memory_reference(tmp_path: Path) -> None:
     vocabulary = ("alpha", "beta", "gamma", "delta", "épée", "数据", "x_1")
     rids = [f"mem_{i}" for i in range(8)]
@@ -696,15 +789,100 @@ def test_locked_database_is_unavailable_and_retriable(db_path: Path) -> None:
         backend.close()
 
 
-def test_nested_write_on_one_thread_fails_cleanly(db_path: Path) -> None:
-    backend = SQLiteStore(db_path, busy_timeout_ms=50)
+def test_a_nested_write_is_refused_before_it_touches_the_database(
+    sqlite: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refusal takes no connection and leaves the writer lock to the open unit."""
+    acquired: list[sqlite3.Connection] = []
+    acquire = sqlite._acquire
+
+    def counting_acquire() -> sqlite3.Connection:
+        acquired.append(conn := acquire())
+        return conn
+
+    monkeypatch.setattr(sqlite, "_acquire", counting_acquire)
+    with sqlite.write(SCOPE) as unit:
+        unit.append_event(event(1))
+        assert len(acquired) == 1
+        with pytest.raises(StoreUnavailableError, match=NESTED), sqlite.write(OTHER):
+            pass
+        assert len(acquired) == 1
+        assert sqlite._writer_lock.locked()
+        unit.append_event(event(2))
+    assert not sqlite._writer_lock.locked()
+    assert snapshot(sqlite, SCOPE)["high_water"] == 2
+    assert sqlite.scopes() == [SCOPE]
+
+
+class _WatchedLock:
+    """The store's writer lock, noting when a thread asks for it while another holds it."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+        self.contended = threading.Event()
+
+    def acquire(self, timeout: float = -1) -> bool:
+        if self._lock.locked():
+            self.contended.set()
+        return self._lock.acquire(timeout=timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+
+def test_a_unit_open_on_another_thread_still_makes_a_writer_wait(
+    sqlite: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast refusal is for the thread that holds the unit: a writer on another thread waits, then commits."""
+    lock = _WatchedLock(sqlite._writer_lock)
+    monkeypatch.setattr(sqlite, "_writer_lock", lock)
+    finished = threading.Event()
+    order: list[str] = []
+    errors: list[BaseException] = []
+
+    def second_writer() -> None:
+        try:
+            with sqlite.write(SCOPE) as unit:
+                order.append(f"second sees {unit.high_water()}")
+                unit.append_event(event(unit.high_water() + 1, "second"))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            finished.set()
+
+    thread = threading.Thread(target=second_writer)
+    with sqlite.write(SCOPE) as unit:
+        unit.append_event(event(1, "first"))
+        thread.start()
+        while not (lock.contended.wait(0.01) or finished.is_set()):
+            pass  # until the second writer waits for the lock (or, wrongly, gave up without waiting)
+        order.append("first commits")
+    thread.join()
+    assert errors == []
+    assert lock.contended.is_set()
+    assert order == ["first commits", "second sees 1"]
+    assert [e.event_digest for e in snapshot(sqlite, SCOPE)["events"]] == [
+        event(1, "first").event_digest,
+        event(2, "second").event_digest,
+    ]
+
+
+def test_a_unit_of_another_store_on_the_file_still_waits_for_the_busy_timeout(db_path: Path) -> None:
+    """Another store object (as another process would) is not this store's nested unit: SQLite's lock refuses it."""
+    backend = SQLiteStore(db_path)
+    other = SQLiteStore(db_path, busy_timeout_ms=50)
     try:
         with backend.write(SCOPE) as unit:
             unit.append_event(event(1))
-            with pytest.raises(StoreUnavailableError), backend.write(SCOPE):
-                pass
-        assert snapshot(backend, SCOPE)["high_water"] == 1
+            with pytest.raises(StoreUnavailableError, match="locked"), other.write(SCOPE) as nested:
+                nested.append_event(event(1, "other"))
+            unit.append_event(event(2))
+        assert snapshot(other, SCOPE)["events"] == [event(1), event(2)]
     finally:
+        other.close()
         backend.close()
 
 

@@ -4,10 +4,11 @@ One lock serialises writers and readers. A unit of work applies its writes direc
 undo log; an exception inside the ``with`` block replays the log backwards, so a failed unit
 leaves no trace. Everything is partitioned by scope key.
 
-Where the SQLite store isolates what this one cannot, this one refuses, with
-``StoreUnavailableError`` as SQLite does: a unit of work or a read opened on a thread whose unit of
-work is still open (SQLite would give the read the committed snapshot, and never lets the nested
-unit commit), and any use of a view or unit after its ``with`` block.
+Like the SQLite store it refuses, with ``StoreUnavailableError``: a unit of work opened on a thread
+whose unit of work is still open (at once, touching nothing; the open unit goes on), any use of a
+view or unit after its ``with`` block, and ``read``, ``write`` and ``scopes`` once the store is
+closed. Where the SQLite store isolates what this one cannot, this one refuses too: a read opened
+on a thread whose unit of work is still open (SQLite gives it the committed snapshot).
 """
 
 from __future__ import annotations
@@ -277,7 +278,9 @@ class InMemoryStore:
     """The in-memory reference :class:`~engram_memory.ports.Store`.
 
     Thread-safe (one re-entrant lock); state lives as long as the object. ``secret`` may be given
-    to make page cursors stable across instances (tests); otherwise it is random.
+    to make page cursors stable across instances (tests); otherwise it is random. After
+    :meth:`close`, :meth:`read`, :meth:`write` and :meth:`scopes` raise ``StoreUnavailableError``,
+    as ``SQLiteStore``'s do.
     """
 
     def __init__(self, *, secret: bytes | None = None) -> None:
@@ -285,6 +288,7 @@ class InMemoryStore:
         self._writing = threading.local()  # .unit: this thread has a unit of work open
         self._partitions: dict[str, _Partition] = {}
         self._secret = secret if secret is not None else secrets.token_bytes(32)
+        self._closed = False
 
     def _partition(self, scope: str) -> _Partition:
         partition = self._partitions.get(scope)
@@ -296,15 +300,21 @@ class InMemoryStore:
         if getattr(self._writing, "unit", False):
             raise StoreUnavailableError("a unit of work is open on this thread")
 
+    def _refuse_when_closed(self) -> None:
+        """Checked with the lock held: a call still waiting for the lock when ``close`` returns is refused too."""
+        if self._closed:
+            raise StoreUnavailableError("the store is closed")
+
     @contextmanager
     def read(self, scope: str) -> Iterator[_View]:
         """A read view of ``scope`` (holds the store lock for its duration).
 
         Raises:
-            StoreUnavailableError: this thread has a unit of work open.
+            StoreUnavailableError: this thread has a unit of work open, or the store is closed.
         """
         self._refuse_inside_unit()
         with self._lock:
+            self._refuse_when_closed()
             view = _View(self._partitions.get(scope) or _Partition())
             try:
                 yield view
@@ -316,10 +326,12 @@ class InMemoryStore:
         """A unit of work on ``scope``; an exception rolls back every write of the unit.
 
         Raises:
-            StoreUnavailableError: this thread already has a unit of work open.
+            StoreUnavailableError: this thread already has a unit of work open (at once, touching
+                nothing; the open unit goes on), or the store is closed.
         """
         self._refuse_inside_unit()
         with self._lock:
+            self._refuse_when_closed()
             created = scope not in self._partitions
             unit = _Unit(self._partition(scope))
             self._writing.unit = True
@@ -336,8 +348,13 @@ class InMemoryStore:
                 unit.end()
 
     def scopes(self) -> list[str]:
-        """Scopes with at least one journal event."""
+        """Scopes with at least one journal event.
+
+        Raises:
+            StoreUnavailableError: the store is closed.
+        """
         with self._lock:
+            self._refuse_when_closed()
             return sorted(s for s, p in self._partitions.items() if p.events)
 
     def secret(self) -> bytes:
@@ -345,7 +362,12 @@ class InMemoryStore:
         return self._secret
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Refuse every later :meth:`read`, :meth:`write` and :meth:`scopes`; idempotent.
+
+        A view or unit already open finishes normally, and :meth:`secret` still answers. The state
+        is kept (``raw_partition`` still reaches it), but no port method serves it again.
+        """
+        self._closed = True
 
     def raw_partition(self, scope: str) -> _Partition:
         """The live partition of ``scope``, for tests that scan everything the store holds."""

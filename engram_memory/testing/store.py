@@ -599,6 +599,56 @@ class StoreConformance:
         with store.read(SCOPE_A) as reader:
             assert _snapshot(reader) == empty
 
+    def test_a_unit_opened_inside_an_open_unit_of_the_thread_never_commits(self, store: Store) -> None:
+        """A unit opened while the same thread has one open raises StoreUnavailableError and leaves nothing.
+
+        Inside an open unit the thread opens a unit of the same scope, then one of another scope,
+        each writing one of everything and changing the outer unit's rows: both must raise
+        StoreUnavailableError (from the ``with`` statement, a write or the end of the block; the
+        kit does not say when). The outer unit catches the errors, writes on and commits: its scope
+        then reads exactly as the same writes made without nesting (in a third scope), the other
+        scope reads as empty, and the thread opens units again once the outer one has ended.
+        """
+        with store.read(SCOPE_B) as reader:
+            empty = _snapshot(reader)
+
+        def before_nesting(unit: UnitOfWork) -> None:
+            _populate(unit, "a")
+
+        def after_nesting(unit: UnitOfWork) -> None:
+            _append(unit, "after")
+            unit.put_candidate(_candidate("candidate-c", cursor=2))
+
+        def nested(unit: UnitOfWork) -> None:
+            _populate(unit, "b")
+            unit.put_candidate(_candidate("candidate-a", state="withdrawn"))
+            unit.unindex("mem_a")
+            unit.clear_doomed_key("key_doomed_a")
+
+        refused: list[str] = []
+        with store.write(SCOPE_A) as outer:
+            before_nesting(outer)
+            for scope in (SCOPE_A, SCOPE_B):
+                try:
+                    _run_unit(store, scope, nested)
+                except StoreUnavailableError:
+                    refused.append(scope)
+            after_nesting(outer)
+        assert refused == [SCOPE_A, SCOPE_B], "a unit opened inside an open unit must raise StoreUnavailableError"
+        with store.write(SCOPE_C) as control:  # the outer unit's own writes, nothing nested
+            before_nesting(control)
+            after_nesting(control)
+        with store.read(SCOPE_A) as reader:
+            committed = _snapshot(reader)
+        with store.read(SCOPE_C) as reader:
+            assert committed == _snapshot(reader), "the outer unit commits its own writes and nothing nested"
+        with store.read(SCOPE_B) as reader:
+            assert _snapshot(reader) == empty, "nothing of a nested unit of another scope remains"
+        assert store.scopes() == sorted([SCOPE_A, SCOPE_C])
+        with store.write(SCOPE_B) as unit:
+            _append(unit)
+        assert store.scopes() == sorted([SCOPE_A, SCOPE_B, SCOPE_C])
+
     # ------------------------------------------------------------------ idempotency and confirmations
 
     def test_an_idempotency_binding_is_never_overwritten(self, store: Store) -> None:

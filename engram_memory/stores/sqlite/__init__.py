@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import os
 import secrets
@@ -694,8 +693,10 @@ class SQLiteStore:
     and ``STRICT`` tables. Writers take the write lock up front (``BEGIN IMMEDIATE``); writers of one
     process also queue on a process-local lock. Connections are pooled, one per concurrent user, so
     the store is safe to share between threads, and several processes may open the same file.
-    A :meth:`write` nested inside another :meth:`write` on the same thread cannot make progress
-    and fails with ``StoreUnavailableError`` after the busy timeout; a write inside a read is fine.
+    A :meth:`write` opened on a thread that already has a unit of work of this store open (any
+    scope) could only wait for itself: it raises ``StoreUnavailableError`` at once, touching
+    nothing, and the open unit goes on; a write inside a read is fine. After :meth:`close`,
+    :meth:`read`, :meth:`write` and :meth:`scopes` raise ``StoreUnavailableError``.
     Every ``sqlite3`` exception is translated into a port error (see :mod:`._errors`).
     """
 
@@ -725,6 +726,9 @@ class SQLiteStore:
         self._owners: dict[int, int] = {}  # id(connection) -> the process that opened it
         self._inherited: list[sqlite3.Connection] = []  # a parent's, in a forked child: kept, never used
         self._writer_lock = threading.Lock()
+        # the thread inside ``write``: set by the holder of ``_writer_lock`` once it has the lock and
+        # cleared before it lets go, so a thread finds its own id here exactly while its unit is open
+        self._writer_thread: int | None = None
         self._closed = False
         self._scope_ids: dict[str, int] = {}
         # how every connection opens in read-only mode (decided once: see ``read_only_uri``)
@@ -881,12 +885,17 @@ class SQLiteStore:
         """A unit of work on ``scope``: ``BEGIN IMMEDIATE`` … ``COMMIT``; an exception rolls back.
 
         Raises:
-            StoreUnavailableError: the write lock was not obtained within the busy timeout, or the
-                commit failed with nothing written.
+            StoreUnavailableError: this thread already has a unit of work of this store open (at
+                once, before anything is touched), the store is closed, the write lock was not
+                obtained within the busy timeout, or the commit failed with nothing written.
             StoreOutcomeUnknownError: the commit failed and may or may not have happened.
         """
+        thread = threading.get_ident()
+        if self._writer_thread == thread:  # waiting for the lock would wait for ourselves
+            raise StoreUnavailableError("a unit of work is open on this thread")
         if not self._writer_lock.acquire(timeout=self._busy_timeout_ms / 1000):
             raise StoreUnavailableError("another writer of this process holds the store")
+        self._writer_thread = thread
         try:
             conn = self._acquire()
             healthy = True
@@ -918,6 +927,7 @@ class SQLiteStore:
             finally:
                 self._release(conn, healthy)
         finally:
+            self._writer_thread = None
             self._writer_lock.release()
 
     def _scrub_wal(self, conn: sqlite3.Connection) -> bool:
@@ -972,7 +982,11 @@ class SQLiteStore:
         return self._secret
 
     def close(self) -> None:
-        """Close every idle connection; connections in use close when released. Idempotent."""
+        """Close every idle connection; connections in use close when released. Idempotent.
+
+        Afterwards :meth:`read`, :meth:`write` and :meth:`scopes` raise ``StoreUnavailableError``
+        (a view or unit already open finishes normally); :meth:`secret` still answers.
+        """
         with self._pool_lock:
             self._closed = True
             idle, self._pool = self._pool, []
