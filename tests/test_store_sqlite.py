@@ -56,7 +56,14 @@ from engram_memory.ports import (
 from engram_memory.ranking.lexical import LexicalRanker
 from engram_memory.stores import sqlite as sqlite_store
 from engram_memory.stores.memory import InMemoryStore
-from engram_memory.stores.sqlite import MigrationLedgerError, SchemaVersionError, SQLiteStore, _errors, _schema
+from engram_memory.stores.sqlite import (
+    MigrationLedgerError,
+    SchemaVersionError,
+    SQLiteStore,
+    _document_numbers,
+    _errors,
+    _schema,
+)
 from engram_memory.testing import (
     Harness,
     ServiceConformance,
@@ -1827,3 +1834,32 @@ def test_a_failing_diagnostic_probe_is_a_port_error(sqlite: SQLiteStore) -> None
             probe()
     pooled.set_authorizer(None)
     assert sqlite.schema_version() == _schema.STORE_SCHEMA.latest  # the probe's connection went back to the pool
+
+
+@pytest.mark.parametrize(
+    ("key", "names_a_document"),
+    [
+        ("0", True),
+        ("7", True),
+        ("120", True),
+        ("9223372036854775807", True),  # the largest INTEGER PRIMARY KEY
+        ("9223372036854775808", False),
+        ("10000000000000000000", False),
+        ("", False),
+        ("07", False),
+        ("00", False),
+        ("-1", False),
+        ("+1", False),
+        (" 1", False),
+        ("1 ", False),
+        ("1e3", False),
+        ("1.0", False),
+        ("\u0661", False),  # ARABIC-INDIC DIGIT ONE: a digit to str.isdigit, not a document number
+        ("\u00b9", False),  # SUPERSCRIPT ONE
+    ],
+)
+def test_only_canonical_decimals_in_integer_range_name_a_document(key: str, names_a_document: bool) -> None:
+    """The spelling check of a hit's key, before it is sent to SQL as a JSON integer."""
+    expected = f"[{key}]" if names_a_document else None
+    assert _document_numbers([key]) == expected
+    assert _document_numbers(["5", key, "6"]) == ("[5," + key + ",6]" if names_a_document else "[5,6]")
