@@ -1809,13 +1809,39 @@ def test_an_erasure_whose_wal_scrub_fails_is_committed_logged_and_its_connection
         assert reader.postings("alpha") == []
 
 
-def test_compact_gives_up_while_a_writer_of_this_process_holds_the_store(db_path: Path) -> None:
-    backend = SQLiteStore(db_path, busy_timeout_ms=50)
+def test_compact_inside_a_unit_of_its_own_thread_is_refused_and_the_unit_commits(db_path: Path) -> None:
+    backend = SQLiteStore(db_path)  # the default 5 s busy timeout: the refusal does not wait for it
     try:
         with backend.write(SCOPE) as unit:
             unit.append_event(event(1))
-            with pytest.raises(StoreUnavailableError, match=r"^another writer of this process holds the store$"):
+            with pytest.raises(StoreUnavailableError, match=r"^a unit of work is open on this thread$"):
                 backend.compact()
+        backend.compact()  # once the unit committed
+        assert snapshot(backend, SCOPE)["high_water"] == 1
+    finally:
+        backend.close()
+
+
+def test_compact_gives_up_while_a_writer_on_another_thread_holds_the_store(db_path: Path) -> None:
+    backend = SQLiteStore(db_path, busy_timeout_ms=50)
+    inside, done = threading.Event(), threading.Event()
+
+    def hold_a_unit() -> None:
+        with backend.write(SCOPE) as unit:
+            unit.append_event(event(1))
+            inside.set()
+            done.wait(timeout=30)
+
+    writer = threading.Thread(target=hold_a_unit)
+    writer.start()
+    try:
+        assert inside.wait(timeout=30)
+        with pytest.raises(StoreUnavailableError, match=r"^another writer of this process holds the store$"):
+            backend.compact()
+    finally:
+        done.set()
+        writer.join()
+    try:
         backend.compact()  # once the unit committed
         assert snapshot(backend, SCOPE)["high_water"] == 1
     finally:

@@ -890,13 +890,7 @@ class SQLiteStore:
                 obtained within the busy timeout, or the commit failed with nothing written.
             StoreOutcomeUnknownError: the commit failed and may or may not have happened.
         """
-        thread = threading.get_ident()
-        if self._writer_thread == thread:  # waiting for the lock would wait for ourselves
-            raise StoreUnavailableError("a unit of work is open on this thread")
-        if not self._writer_lock.acquire(timeout=self._busy_timeout_ms / 1000):
-            raise StoreUnavailableError("another writer of this process holds the store")
-        self._writer_thread = thread
-        try:
+        with self._writing():
             conn = self._acquire()
             healthy = True
             try:
@@ -926,6 +920,23 @@ class SQLiteStore:
                 raise
             finally:
                 self._release(conn, healthy)
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Hold the process's writer lock, naming this thread as its holder.
+
+        Raises:
+            StoreUnavailableError: this thread already holds it (waiting would wait for ourselves:
+                refused at once), or another thread held it for the whole busy timeout.
+        """
+        thread = threading.get_ident()
+        if self._writer_thread == thread:
+            raise StoreUnavailableError("a unit of work is open on this thread")
+        if not self._writer_lock.acquire(timeout=self._busy_timeout_ms / 1000):
+            raise StoreUnavailableError("another writer of this process holds the store")
+        self._writer_thread = thread
+        try:
+            yield
         finally:
             self._writer_thread = None
             self._writer_lock.release()
@@ -1010,12 +1021,11 @@ class SQLiteStore:
         is erased). It takes the write lock for the whole rebuild.
 
         Raises:
-            StoreUnavailableError: the lock was not obtained, or a reader kept the WAL in use (the
-                file is rebuilt; retry to truncate the WAL).
+            StoreUnavailableError: called inside a unit of work of this thread (at once), the lock
+                was not obtained, or a reader kept the WAL in use (the file is rebuilt; retry to
+                truncate the WAL).
         """
-        if not self._writer_lock.acquire(timeout=self._busy_timeout_ms / 1000):
-            raise StoreUnavailableError("another writer of this process holds the store")
-        try:
+        with self._writing():
             conn = self._acquire()
             try:
                 conn.execute("PRAGMA temp_store = MEMORY")  # no temporary copy of the database on disk
@@ -1026,8 +1036,6 @@ class SQLiteStore:
                 raise translate(exc, "compact") from exc
             finally:
                 self._release(conn, healthy=not conn.in_transaction)
-        finally:
-            self._writer_lock.release()
         if busy:
             raise StoreUnavailableError("compacted, but a reader still uses the write-ahead log; retry")
 
