@@ -281,6 +281,10 @@ class InMemoryStore:
     to make page cursors stable across instances (tests); otherwise it is random. After
     :meth:`close`, :meth:`read`, :meth:`write` and :meth:`scopes` raise ``StoreUnavailableError``,
     as ``SQLiteStore``'s do.
+
+    Sized for tests and small scopes: every record, posting and row is a Python object the garbage
+    collector tracks (about 80 per admitted record), so a full collection of a process holding
+    100k records takes seconds (measured: 0.35 s at 10k, 3.8 s at 100k).
     """
 
     def __init__(self, *, secret: bytes | None = None) -> None:
