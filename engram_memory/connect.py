@@ -16,6 +16,9 @@ __all__ = ["connect"]
 
 _SQLITE: Final = "sqlite:///"
 _SYNCHRONOUS: Final = frozenset({"FULL", "NORMAL"})
+OPENING_STORE_NOTE: Final = "opening the SQLite store "
+"""How the note naming the store file that failed to open begins (the CLI, which names the file
+itself, leaves it out)."""
 
 
 def connect(
@@ -52,6 +55,10 @@ def connect(
         ValueError: an unsupported or malformed URL, ``synchronous`` other than ``"FULL"`` or
             ``"NORMAL"``, or ``master_key`` where no SQLite key vault is opened (with ``"memory:"``
             or together with ``vault``). Raised before any file is created.
+
+    Opening a SQLite URL raises what its store or key vault raises (``StoreUnavailableError`` for
+    a missing directory, ``MasterKeyError`` for a key that does not open the vault, ...), with an
+    exception note naming the file it was opening: the driver's message names none.
     """
     if synchronous not in _SYNCHRONOUS:
         raise ValueError("synchronous must be 'FULL' or 'NORMAL'")
@@ -66,25 +73,42 @@ def connect(
         store = InMemoryStore()
         vault = vault if vault is not None else InMemoryKeyVault()
     elif url.startswith(_SQLITE):
-        path = _sqlite_path(url)
-        from engram_memory.stores.sqlite import SQLiteStore  # noqa: PLC0415 - the core never imports sqlite3
-
-        store = SQLiteStore(path, synchronous=synchronous)
-        if vault is None:
-            from engram_memory.keyvaults.sqlite import SQLiteKeyVault  # noqa: PLC0415 - same
-
-            try:
-                if master_key is not None:
-                    vault = SQLiteKeyVault(path + ".vault", master_key)
-                else:
-                    vault = SQLiteKeyVault(path + ".vault", master_key_file=path + ".key")
-            except BaseException:
-                store.close()
-                raise
+        store, vault = _open_sqlite(_sqlite_path(url), synchronous, vault, master_key)
     else:
         raise ValueError("unsupported memory URL; use 'memory:' or 'sqlite:///path'")
     extra = {"audit_ids": audit_ids} if audit_ids is not None else {}
     return MemoryService(store=store, vault=vault, policy=policy, clock=clock, ranker=ranker, **extra)
+
+
+def _open_sqlite(
+    path: str, synchronous: Literal["FULL", "NORMAL"], vault: KeyVault | None, master_key: bytes | None
+) -> tuple[Store, KeyVault]:
+    """The SQLite store at ``path`` and, unless ``vault`` is given, the SQLite key vault beside it.
+
+    A failure to open either carries a note naming the file (the driver's message names none);
+    the store is closed again when the vault cannot be opened.
+    """
+    from engram_memory.stores.sqlite import SQLiteStore  # noqa: PLC0415 - the core never imports sqlite3
+
+    try:
+        store = SQLiteStore(path, synchronous=synchronous)
+    except Exception as exc:
+        exc.add_note(f"{OPENING_STORE_NOTE}{path!r}")
+        raise
+    if vault is not None:
+        return store, vault
+    from engram_memory.keyvaults.sqlite import SQLiteKeyVault  # noqa: PLC0415 - same
+
+    try:
+        if master_key is not None:
+            return store, SQLiteKeyVault(path + ".vault", master_key)
+        return store, SQLiteKeyVault(path + ".vault", master_key_file=path + ".key")
+    except BaseException as exc:
+        store.close()
+        if isinstance(exc, Exception):
+            key_file = "" if master_key is not None else f" with the key file {path + '.key'!r}"
+            exc.add_note(f"opening the SQLite key vault {path + '.vault'!r}{key_file}")
+        raise
 
 
 def _sqlite_path(url: str) -> str:

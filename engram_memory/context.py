@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from engram_memory.canonical import Domain, digest
+from engram_memory.canonical import Domain, digest, has_utf8_form
 from engram_memory.errors import EngramError, ErrorCode
+from engram_memory.wire.limits import OPAQUE_BYTES
 
 if TYPE_CHECKING:
     from engram_memory.ports import Clock
@@ -65,8 +66,38 @@ def tool_set(tools: Iterable[str]) -> frozenset[str]:
 
 
 def _aware(_inst: object, attribute: attrs.Attribute[datetime], value: datetime) -> None:
+    if not isinstance(value, datetime):
+        raise TypeError(f"{attribute.name} must be a datetime")
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{attribute.name} must be a timezone-aware datetime")
+
+
+def _as_text(name: str, value: object) -> str:
+    """``value`` if it is a ``str`` with a UTF-8 form (the store keeps it, digests hash its bytes)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str")
+    if not has_utf8_form(value):
+        raise ValueError(f"{name} must be valid Unicode text (no lone surrogate)")
+    return value
+
+
+def _text(_inst: object, attribute: attrs.Attribute[str], value: object) -> None:
+    _as_text(attribute.name, value)
+
+
+def _confirmation_id(_inst: object, attribute: attrs.Attribute[str], value: object) -> None:
+    """Text, non-empty, at most 512 UTF-8 bytes (as an opaque ref) and in Unicode NFC.
+
+    The id is consumed by value: two spellings of one id must not be two approvals, and every
+    store must keep exactly the id it was given.
+    """
+    text = _as_text(attribute.name, value)
+    if not text:
+        raise ValueError(f"{attribute.name} must not be empty")
+    if len(text.encode("utf-8")) > OPAQUE_BYTES[1]:
+        raise ValueError(f"{attribute.name} must be at most {OPAQUE_BYTES[1]} UTF-8 bytes")
+    if not unicodedata.is_normalized("NFC", text):
+        raise ValueError(f"{attribute.name} must be in Unicode NFC")
 
 
 @attrs.frozen(kw_only=True)
@@ -78,12 +109,18 @@ class Confirmation:
     within 0..300 s, the call runs within 30 s after ``approved_at``, and ``id`` was never used
     (it is consumed in the same unit of work as the mutation).
     :meth:`engram_memory.MemoryService.confirmation` builds the one of a given call.
+
+    Checked when built (and by ``attrs.evolve``): ``id``, ``tool``, ``target`` and
+    ``operation_digest`` must be ``str`` (else ``TypeError``) with no lone surrogate; ``id`` must
+    also be non-empty, at most 512 UTF-8 bytes and in Unicode NFC (else ``ValueError``), and
+    both datetimes timezone-aware (``ValueError``). The id is stored in clear in the scope (to
+    refuse its reuse): keep personal data, such as an approver's name or e-mail, out of it.
     """
 
-    id: str
-    tool: str
-    target: str
-    operation_digest: str
+    id: str = attrs.field(validator=_confirmation_id)
+    tool: str = attrs.field(validator=_text)
+    target: str = attrs.field(validator=_text)
+    operation_digest: str = attrs.field(validator=_text)
     requested_at: datetime = attrs.field(validator=_aware)
     approved_at: datetime = attrs.field(validator=_aware)
 
@@ -98,7 +135,9 @@ class HostBinding:
     narrow them further. ``deadline`` is an aware datetime after which the call fails with
     ``DEADLINE_EXCEEDED``. An empty tenant, workspace, principal, agent id, session or purpose,
     or one not in Unicode NFC, makes every call a protocol error (-32603): receipts and scope keys
-    digest NFC text, so two spellings of one id must never both be in use.
+    digest NFC text, so two spellings of one id must never both be in use. ``confirmation`` is a
+    :class:`Confirmation` or ``None`` (anything else is a ``TypeError`` here, and ``-32603`` if
+    it reaches a call anyway).
     """
 
     tenant_id: str
@@ -110,7 +149,9 @@ class HostBinding:
     tools: frozenset[str] = attrs.field(converter=tool_set)
     audit_id: str | None = None
     deadline: datetime | None = attrs.field(default=None, validator=attrs.validators.optional(_aware))
-    confirmation: Confirmation | None = None
+    confirmation: Confirmation | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(Confirmation))
+    )
 
     @property
     def scope(self) -> str:

@@ -5,7 +5,8 @@ Three families, deliberately separate:
 * :class:`EngramError` — a memory-level answer. It becomes the ``error`` of a failure envelope:
   ``{code, message, retriable}``. The code's retriable flag comes from :data:`RETRIABLE` (one
   table, never decided at a raise site) and the message is a constant public sentence; details go
-  to ``__notes__`` (PEP 678) and logs, never to the envelope.
+  to ``__notes__`` (PEP 678) and to ``pointer``, never to the envelope. ``call_tool`` logs the
+  code and pointer at DEBUG, never the notes (they may quote an argument).
 * :class:`ProtocolError` — not a memory answer at all (JSON-RPC ``-32603`` untrusted or missing host
   context, ``-32602`` unknown or ungranted tool). It is *not* an ``EngramError`` so it can never
   end up inside an envelope.

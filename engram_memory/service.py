@@ -10,12 +10,15 @@ plain ``dict``, say) is a ``TypeError`` before any of those checks, with nothing
 
 from __future__ import annotations
 
+import functools
 import logging
 import unicodedata
 import uuid
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final, Self
+
+import attrs
 
 from engram_memory.canonical import has_utf8_form
 from engram_memory.clock import SystemClock
@@ -71,6 +74,55 @@ _BOUND_FIELDS: Final = ("tenant_id", "workspace_id", "principal", "agent_id", "s
 
 def _default_audit_id() -> str:
     return "audit_" + uuid.uuid4().hex
+
+
+_TYPED_ARGS: Final = tuple(ARGS_BY_TOOL.values())
+_INDEX_DIGITS: Final = 6
+
+
+def _wrong_args(args: object, message: str) -> TypeError:
+    """The ``TypeError`` for arguments of the wrong class, noting the class given."""
+    error = TypeError(message)
+    error.add_note(f"got {type(args).__name__}")
+    return error
+
+
+@functools.cache
+def _schema_names() -> frozenset[str]:
+    """Every property name of the published input schemas: the segments a pointer may log."""
+    from engram_memory.wire.schemas import input_schema  # noqa: PLC0415 - light import
+
+    names: set[str] = set()
+    stack: list[Any] = [input_schema(tool) for tool in TOOL_NAMES]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            properties = node.get("properties")
+            if isinstance(properties, dict):
+                names.update(properties)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return frozenset(names)
+
+
+def _loggable_pointer(pointer: str | None) -> str:
+    """``pointer`` for a log line: each segment a schema name or an index, any other shown as ``*``.
+
+    A pointer can name an extra key the agent wrote, and a key is agent text like a value.
+    """
+    if pointer is None:
+        return "-"
+    if not pointer:
+        return "/"
+    known = _schema_names()
+    segments = pointer.split("/")[1:]
+    return "".join("/" + (s if s in known or _is_index(s) else "*") for s in segments)
+
+
+def _is_index(segment: str) -> bool:
+    """Whether a pointer segment is an array index (no list of the schema reaches a million items)."""
+    return segment.isascii() and segment.isdecimal() and len(segment) <= _INDEX_DIGITS
 
 
 class MemoryService:
@@ -153,7 +205,10 @@ class MemoryService:
 
     @staticmethod
     def _check_context(binding: object) -> None:
-        """-32603 unless ``binding`` is a :class:`HostBinding` with every host-bound field set, in NFC."""
+        """-32603 unless ``binding`` is a :class:`HostBinding` with every host-bound field set, in NFC.
+
+        Its ``audit_id`` must be text, and its ``confirmation`` ``None`` or a valid :class:`Confirmation`.
+        """
         if not isinstance(binding, HostBinding):
             raise ProtocolError.untrusted_context(f"no host binding: {type(binding).__name__}")
         for name in _BOUND_FIELDS:
@@ -167,6 +222,15 @@ class MemoryService:
         audit_id: object = binding.audit_id  # typed str | None, but a host may pass anything
         if audit_id is not None and (not isinstance(audit_id, str) or not has_utf8_form(audit_id)):
             raise ProtocolError.untrusted_context("host binding audit_id is not text")
+        confirmation: object = binding.confirmation  # validated when built, but a host may set anything
+        if confirmation is None:
+            return
+        if not isinstance(confirmation, Confirmation):
+            raise ProtocolError.untrusted_context(f"host binding confirmation is a {type(confirmation).__name__}")
+        try:
+            attrs.validate(confirmation)  # its fields too: object.__setattr__ bypasses the validators
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ProtocolError.untrusted_context("host binding confirmation is malformed") from exc
 
     def _check_grant(self, tool: object, binding: HostBinding) -> None:
         """-32602 unless ``tool`` is the name (a ``str``) of a tool this binding is granted."""
@@ -178,12 +242,11 @@ class MemoryService:
         expected = ARGS_BY_TOOL[tool]
         if not isinstance(args, expected):  # a programming error, so a TypeError rather than a ProtocolError
             name = expected.__name__
-            error = TypeError(
+            raise _wrong_args(
+                args,
                 f"MemoryService.{tool.removeprefix('engram_memory_')} takes a {name}: build one from a JSON "
-                f"object with engram_memory.wire.parse_args({name}, raw), or pass the JSON object to call_tool"
+                f"object with engram_memory.wire.parse_args({name}, raw), or pass the JSON object to call_tool",
             )
-            error.add_note(f"got {type(args).__name__}")
-            raise error
         self._check_context(binding)
         self._check_grant(tool, binding)
 
@@ -256,11 +319,14 @@ class MemoryService:
         """The digest a host shows a human before confirming a mutation.
 
         :meth:`confirmation` builds the whole :class:`~engram_memory.Confirmation` around it.
+        ``arguments`` are the JSON arguments (a ``dict``, as for :meth:`call_tool`) or the typed
+        arguments object of ``name`` (as for the typed operation); both give the same digest.
 
         Raises:
             ProtocolError: -32603 when the host context is missing; -32602 for an unknown tool or
                 one that is not a mutation.
             EngramError: ``INVALID_SCHEMA`` / ``INVALID_DIGEST`` for invalid arguments.
+            TypeError: ``arguments`` is the typed arguments object of another tool.
         """
         return self._write.guard.operation_digest(name, self._mutation_args(name, arguments, binding), binding)
 
@@ -286,8 +352,9 @@ class MemoryService:
 
         Args:
             name: the mutating tool.
-            arguments: its JSON arguments (a ``dict``, as for :meth:`call_tool` and
-                :meth:`operation_digest`; a typed arguments object is ``INVALID_SCHEMA``).
+            arguments: its JSON arguments (a ``dict``, as for :meth:`call_tool`), or its typed
+                arguments object (the ``*Args`` class of ``name``, as for the typed operation), as
+                for :meth:`operation_digest`. Both give the same confirmation.
             binding: the binding of the call (its scope and principal are in the digest).
             confirmation_id: the approval's id (``Confirmation.id``), never used before in the scope.
             requested_at: when the approval was requested (timezone-aware).
@@ -297,7 +364,10 @@ class MemoryService:
             ProtocolError: -32603 when the host context is missing; -32602 for an unknown tool or
                 one that is not a mutation.
             EngramError: ``INVALID_SCHEMA`` / ``INVALID_DIGEST`` for invalid arguments.
-            ValueError: ``requested_at`` or ``approved_at`` is a naive datetime.
+            TypeError: ``arguments`` is the typed arguments object of another tool;
+                ``confirmation_id`` is not a ``str``.
+            ValueError: ``requested_at`` or ``approved_at`` is a naive datetime; ``confirmation_id``
+                is empty, over 512 UTF-8 bytes, not in Unicode NFC or holds a lone surrogate.
         """
         args = self._mutation_args(name, arguments, binding)
         return Confirmation(
@@ -310,11 +380,28 @@ class MemoryService:
         )
 
     def _mutation_args(self, name: str, arguments: Any, binding: HostBinding) -> Mutation:
-        """A mutation's arguments, parsed once: -32603 without host context, -32602 for another tool."""
+        """A mutation's arguments, parsed once: -32603 without host context, -32602 for another tool.
+
+        A typed arguments object of ``name`` is taken as parsed (capture's is held to the
+        1,048,576-byte bound, as :meth:`capture` does); the typed arguments of another tool are a
+        ``TypeError``, as for a typed operation; anything else is parsed as JSON arguments.
+        """
         self._check_context(binding)
         if not _is_mutation(name):
             raise ProtocolError.unknown_tool("not a mutating tool")
-        args: Mutation = parse_args(ARGS_BY_TOOL[name], arguments)
+        expected = ARGS_BY_TOOL[name]
+        args: Mutation
+        if isinstance(arguments, expected):
+            args = arguments
+            check_argument_bytes(args)
+        elif isinstance(arguments, _TYPED_ARGS):  # a programming error, as in _guard
+            raise _wrong_args(
+                arguments,
+                f"the arguments of {name} are a {expected.__name__} or its JSON object, "
+                "not the typed arguments of another tool",
+            )
+        else:
+            args = parse_args(expected, arguments)
         return args
 
     def call_tool(self, name: str, arguments: Any, binding: HostBinding) -> dict[str, Any]:
@@ -322,8 +409,14 @@ class MemoryService:
 
         Raises:
             ProtocolError: -32603 (host context missing or mismatched, including a ``binding``
-                that is not a :class:`HostBinding`; purpose mismatch; confirmation reference
-                missing) or -32602 (unknown or ungranted tool). Every other outcome is an envelope.
+                that is not a :class:`HostBinding` or whose ``confirmation`` is not a valid
+                :class:`Confirmation`; purpose mismatch; confirmation reference missing) or -32602
+                (unknown or ungranted tool). Every other outcome is an envelope.
+
+        An error envelope is also logged at ``DEBUG`` on the ``engram_memory`` logger: the tool,
+        the code, the JSON pointer of the offending argument (segments that are not schema names
+        or indexes shown as ``*``) and the ``auditId``. Never the exception's notes, which can
+        quote an argument value.
         """
         self._check_context(binding)
         audit_id = binding.audit_id or self._audit_ids()
@@ -333,6 +426,10 @@ class MemoryService:
             self._check_purpose(args, binding)
             result = self._dispatch(name, binding, args)
         except EngramError as error:
+            # for the host's debugging; never the notes, which may quote an argument value
+            _log.debug(
+                "%s answered %s at %s (auditId %s)", name, error.code.value, _loggable_pointer(error.pointer), audit_id
+            )
             return failure_envelope(error, audit_id)
         except ProtocolError:
             raise

@@ -6,6 +6,7 @@ confirms, on an in-memory service whose policy gates all four mutations.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
@@ -46,7 +47,15 @@ from engram_memory.testing.fakes import (
     ok,
     with_policy,
 )
-from engram_memory.wire import WithdrawArgs, parse_args
+from engram_memory.wire import (
+    CaptureArgs,
+    Component,
+    ForgetArgs,
+    RequestAdmissionArgs,
+    SearchArgs,
+    WithdrawArgs,
+    parse_args,
+)
 from engram_memory.wire.converter import ARGS_BY_TOOL, unstructure_args
 
 A = make_binding("tenant-a", "workspace-1", "principal-1")
@@ -391,7 +400,9 @@ _NO_REASON = {key: value for key, value in _WITHDRAW.items() if key != "reason_r
     [
         pytest.param(WITHDRAW, _NO_REASON, "INVALID_SCHEMA", "/reason_ref", id="missing-field"),
         pytest.param(FORGET, {**_WITHDRAW, "record_id": "mem_x"}, "INVALID_SCHEMA", "/candidate_id", id="extra-field"),
-        pytest.param(WITHDRAW, parse_args(WithdrawArgs, _WITHDRAW), "INVALID_SCHEMA", "", id="typed-args-object"),
+        pytest.param(WITHDRAW, [_WITHDRAW], "INVALID_SCHEMA", "", id="a-list"),
+        pytest.param(WITHDRAW, OrderedDict(_WITHDRAW), "INVALID_SCHEMA", "", id="a-dict-subclass"),
+        pytest.param(WITHDRAW, None, "INVALID_SCHEMA", "", id="none"),
         pytest.param(
             CAPTURE, _bad_citation_digest(), "INVALID_DIGEST", "/payload/citations/0/content_digest", id="bad-digest"
         ),
@@ -413,3 +424,90 @@ def test_a_naive_datetime_is_refused_by_the_confirmation_validator(harness: Harn
     times[field] = now.replace(tzinfo=None)
     with pytest.raises(ValueError, match=f"^{field} must be a timezone-aware datetime$"):
         harness.service.confirmation(WITHDRAW, _WITHDRAW, A, confirmation_id="approval-naive", **times)
+
+
+# --------------------------------------------------------------------------- typed arguments
+
+
+def _typed_twins(tool: str, arguments: dict[str, Any]) -> list[Any]:
+    """The typed arguments equal to ``arguments``: parsed, and (but for capture) built directly."""
+    parsed = parse_args(ARGS_BY_TOOL[tool], arguments)
+    if tool == ADMISSION:
+        return [parsed, RequestAdmissionArgs(**arguments)]
+    if tool == WITHDRAW:
+        return [parsed, WithdrawArgs(**arguments)]
+    if tool == FORGET:
+        return [parsed, ForgetArgs(**arguments)]
+    return [parsed]
+
+
+@pytest.mark.parametrize("tool", [CAPTURE, ADMISSION, WITHDRAW, FORGET])
+def test_typed_arguments_give_the_digest_and_confirmation_of_their_json_object(
+    harness: Harness, gated: MemoryService, store: RecordingStore, tool: str
+) -> None:
+    """A typed-API host need not keep the JSON object to build its approvals."""
+    arguments, target = _call_for(harness, tool)
+    from_json = _approved(gated, tool, arguments, "approval-typed-json")
+    store.accesses.clear()
+    for typed in _typed_twins(tool, arguments):
+        assert gated.operation_digest(tool, typed, A) == gated.operation_digest(tool, arguments, A)
+        assert _approved(gated, tool, typed, "approval-typed-json") == from_json
+    assert from_json.target == target
+    assert store.accesses == []
+
+    # the typed call accepts the confirmation built from its typed arguments
+    typed = _typed_twins(tool, arguments)[-1]
+    operation = getattr(gated, tool.removeprefix("engram_memory_"))
+    confirmed = attrs.evolve(A, confirmation=_approved(gated, tool, typed, "approval-typed-call"))
+    _succeeded(tool, operation(confirmed, typed).to_json())
+
+
+def _other_args() -> list[Any]:
+    return [
+        parse_args(ForgetArgs, {"record_id": "mem_x", "idempotency_key": make_key("other"), "reason_ref": "r:x"}),
+        parse_args(RequestAdmissionArgs, {"candidate_id": "candidate_x", "idempotency_key": make_key("other")}),
+        parse_args(SearchArgs, {"query": "q", "purpose_ref": A.purpose_ref}),
+    ]
+
+
+@pytest.mark.parametrize("typed", _other_args(), ids=lambda typed: type(typed).__name__)
+def test_the_typed_arguments_of_another_tool_are_a_type_error(harness: Harness, typed: Any) -> None:
+    """As for a typed operation: a programming error, named, not a wire code."""
+    now = harness.clock.now()
+    expected = (
+        "the arguments of engram_memory_withdraw are a WithdrawArgs or its JSON object, "
+        "not the typed arguments of another tool"
+    )
+    with pytest.raises(TypeError) as from_digest:
+        harness.service.operation_digest(WITHDRAW, typed, A)
+    with pytest.raises(TypeError) as from_helper:
+        harness.service.confirmation(
+            WITHDRAW, typed, A, confirmation_id="approval-other", requested_at=now, approved_at=now
+        )
+    for error in (from_digest.value, from_helper.value):
+        assert str(error) == expected
+        assert error.__notes__ == [f"got {type(typed).__name__}"]
+
+
+def test_typed_arguments_still_need_the_host_context_and_a_mutating_tool(harness: Harness) -> None:
+    typed = parse_args(WithdrawArgs, _WITHDRAW)
+    error = _same_failure(harness.service, WITHDRAW, typed, attrs.evolve(A, principal=""))
+    assert isinstance(error, ProtocolError)
+    assert error.code is JsonRpcCode.INTERNAL_ERROR
+    error = _same_failure(harness.service, SEARCH, parse_args(SearchArgs, {"query": "q", "purpose_ref": "p"}), A)
+    assert isinstance(error, ProtocolError)
+    assert error.code is JsonRpcCode.INVALID_PARAMS
+
+
+def test_typed_capture_arguments_over_the_bound_are_invalid_schema(harness: Harness) -> None:
+    """As :meth:`MemoryService.capture` refuses them: the JSON object would be over 1,048,576 bytes."""
+    typed = parse_args(CaptureArgs, capture_args(make_key("oversized")))
+    filler = tuple(
+        Component(component_id=f"c-fill-{index}", kind="context", text="x" * 65_000, citation_ids=("cite-1",))
+        for index in range(17)
+    )
+    oversized = attrs.evolve(typed, payload=attrs.evolve(typed.payload, components=typed.payload.components + filler))
+    error = _same_failure(harness.service, CAPTURE, oversized, A)
+    assert isinstance(error, EngramError)
+    assert error.code is ErrorCode.INVALID_SCHEMA
+    assert error.pointer == ""
