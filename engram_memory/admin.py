@@ -8,7 +8,7 @@ import attrs
 
 from engram_memory.canonical import Domain, digest
 from engram_memory.context import HostBinding
-from engram_memory.errors import EngramError, ErrorCode
+from engram_memory.errors import EngramError, ErrorCode, ProtocolError
 from engram_memory.journal import VerifyReport, state_digest, verify_scope
 from engram_memory.ports import CandidateRow, SealedEnvelope
 from engram_memory.results import RequestAdmissionResult
@@ -18,6 +18,40 @@ from engram_memory.write_path import KeyVanishedError
 __all__ = ["MemoryAdmin", "PendingCandidate"]
 
 _MAINTENANCE = "host:maintenance"
+_MAINTENANCE_BINDING = HostBinding(
+    tenant_id=_MAINTENANCE,
+    workspace_id=_MAINTENANCE,
+    principal=_MAINTENANCE,
+    agent_id=_MAINTENANCE,
+    session=_MAINTENANCE,
+    purpose_ref=_MAINTENANCE,
+    tools=frozenset(),  # maintenance is never one of the agent's tools
+)
+"""The binding maintenance runs under; each method sets its scope's tenant and workspace."""
+
+
+def _scope_binding(tenant_id: str, workspace_id: str) -> HostBinding:
+    """The maintenance binding of (``tenant_id``, ``workspace_id``), each id checked by the service's own rule.
+
+    Every service call refuses a binding whose tenant or workspace is empty, not valid Unicode
+    text, or not in NFC (-32603); maintenance refuses the same ids, one at a time so that the
+    error names the one at fault, instead of reading a scope no agent can ever have.
+
+    Raises:
+        TypeError: an id is not a ``str``.
+        ValueError: an id is empty, holds a lone surrogate or is not in Unicode NFC.
+    """
+    binding = _MAINTENANCE_BINDING
+    for name, value in (("tenant_id", tenant_id), ("workspace_id", workspace_id)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str")
+        change: dict[str, Any] = {name: value}
+        binding = attrs.evolve(binding, **change)
+        try:
+            MemoryService._check_context(binding)  # noqa: SLF001 - same package: the one rule for host ids
+        except ProtocolError:
+            raise ValueError(f"{name} must be non-empty, valid Unicode text in NFC") from None
+    return binding
 
 
 @attrs.frozen(kw_only=True)
@@ -47,22 +81,26 @@ class PendingCandidate:
 class MemoryAdmin:
     """Maintenance over the same store, vault and policy as a :class:`MemoryService`.
 
-    Scopes are named by tenant and workspace, as the host knows them.
+    Scopes are named by tenant and workspace, as the host knows them. Every method that takes
+    them refuses an id that no :class:`~engram_memory.HostBinding` could use (see :meth:`scope`).
     """
 
     def __init__(self, service: MemoryService) -> None:
         self._service = service
 
-    def _binding(self, tenant_id: str, workspace_id: str) -> HostBinding:
-        return HostBinding(
-            tenant_id=tenant_id,
-            workspace_id=workspace_id,
-            principal=_MAINTENANCE,
-            agent_id=_MAINTENANCE,
-            session=_MAINTENANCE,
-            purpose_ref=_MAINTENANCE,
-            tools=frozenset(),  # maintenance is never one of the agent's tools
-        )
+    @staticmethod
+    def scope(*, tenant_id: str, workspace_id: str) -> str:
+        """The opaque scope key of (``tenant_id``, ``workspace_id``).
+
+        It is the key ``store.scopes()`` lists, :meth:`verify_scope` takes and ``engram-memory
+        verify`` and ``stats`` print. The ids are checked as every service call checks a
+        :class:`~engram_memory.HostBinding`'s (which refuses them with -32603).
+
+        Raises:
+            TypeError: an id is not a ``str``.
+            ValueError: an id is empty, holds a lone surrogate or is not in Unicode NFC.
+        """
+        return _scope_binding(tenant_id, workspace_id).scope
 
     def adjudicate(
         self,
@@ -78,13 +116,19 @@ class MemoryAdmin:
         guard, DESIGN D7, holds such a candidate ``pending_adjudication`` for an agent's request):
         the host's decision here is the human judgement that re-admits it.
 
+        ``outcome.status`` says what happened: ``accepted`` or ``rejected`` when this call decided
+        the candidate, ``duplicate_exact`` (with its ``record_id``) when it was admitted before,
+        whatever ``decision`` says: a reject does not undo an admission (forget the record instead).
+        Whether a candidate's content was forgotten is :meth:`pending_candidate`'s ``forgotten``.
+
         Raises:
             EngramError: ``NOT_FOUND`` for an unknown candidate, ``ALREADY_TERMINAL`` when it was
                 rejected or withdrawn (an admitted one answers ``duplicate_exact``).
+            TypeError, ValueError: ``tenant_id`` or ``workspace_id`` is refused (see :meth:`scope`).
         """
         if decision not in {"accept", "reject"}:
             raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="/decision")
-        binding = self._binding(tenant_id, workspace_id)
+        binding = _scope_binding(tenant_id, workspace_id)
         return self._service._write.decide_candidate(  # noqa: SLF001 - same package
             binding=binding,
             candidate_id=candidate_id,
@@ -108,11 +152,33 @@ class MemoryAdmin:
         Raises:
             EngramError: ``BLOB_MISSING`` (a pending candidate's key is lost) or
                 ``JOURNAL_CORRUPT`` (its envelope does not authenticate).
+            TypeError, ValueError: ``tenant_id`` or ``workspace_id`` is refused (see :meth:`scope`).
         """
-        scope = self._binding(tenant_id, workspace_id).scope
+        scope = _scope_binding(tenant_id, workspace_id).scope
         with self._service.store.read(scope) as reader:
             rows = [row for row in reader.candidates() if row.state == "pending"]
-        opened = [(row, self._open_pending(scope, row)) for row in sorted(rows, key=lambda row: row.created_cursor)]
+        return self._opened(scope, sorted(rows, key=lambda row: row.created_cursor))
+
+    def pending_candidate(self, *, tenant_id: str, workspace_id: str, candidate_id: str) -> PendingCandidate | None:
+        """One candidate as :meth:`pending_candidates` lists it, or ``None`` unless it is ``pending``.
+
+        ``None`` covers an unknown candidate and one admitted, rejected or withdrawn (also while it
+        is read). A reviewer deciding one candidate reads its ``forgotten`` here first: accepting
+        it through :meth:`adjudicate` re-admits erased content.
+
+        Raises:
+            EngramError: ``BLOB_MISSING`` or ``JOURNAL_CORRUPT``, as for :meth:`pending_candidates`.
+            TypeError, ValueError: ``tenant_id`` or ``workspace_id`` is refused (see :meth:`scope`).
+        """
+        scope = _scope_binding(tenant_id, workspace_id).scope
+        with self._service.store.read(scope) as reader:
+            row = reader.candidate(candidate_id)
+        opened = self._opened(scope, [row] if row is not None and row.state == "pending" else [])
+        return opened[0] if opened else None
+
+    def _opened(self, scope: str, rows: list[CandidateRow]) -> list[PendingCandidate]:
+        """The pending ``rows`` opened, in order, each with ``forgotten``; one that left ``pending`` is left out."""
+        opened = [(row, self._open_pending(scope, row)) for row in rows]
         with self._service.store.read(scope) as reader:
             forgotten = {
                 row.candidate_id: reader.is_tombstoned_payload(digest(Domain.PAYLOAD, envelope["payload"]))
@@ -148,8 +214,12 @@ class MemoryAdmin:
             raise EngramError(ErrorCode.BLOB_MISSING, detail="pending candidate key unavailable") from None
 
     def verify(self, *, tenant_id: str, workspace_id: str) -> VerifyReport:
-        """Re-derive the scope's journal chain and state; report the first bad cursor."""
-        scope = self._binding(tenant_id, workspace_id).scope
+        """Re-derive the scope's journal chain and state; report the first bad cursor.
+
+        Raises:
+            TypeError, ValueError: ``tenant_id`` or ``workspace_id`` is refused (see :meth:`scope`).
+        """
+        scope = _scope_binding(tenant_id, workspace_id).scope
         return self.verify_scope(scope)
 
     def verify_scope(self, scope: str) -> VerifyReport:
@@ -170,8 +240,12 @@ class MemoryAdmin:
             return verify_scope(reader, self._service.vault, scope, erased_meanwhile=erased_meanwhile)
 
     def state_digest(self, *, tenant_id: str, workspace_id: str) -> str:
-        """Digest of the scope's folded state (equal across backends for the same trace)."""
-        scope = self._binding(tenant_id, workspace_id).scope
+        """Digest of the scope's folded state (equal across backends for the same trace).
+
+        Raises:
+            TypeError, ValueError: ``tenant_id`` or ``workspace_id`` is refused (see :meth:`scope`).
+        """
+        scope = _scope_binding(tenant_id, workspace_id).scope
         with self._service.store.read(scope) as reader:
             return state_digest(reader)
 

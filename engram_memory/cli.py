@@ -13,7 +13,11 @@ them open, or was killed), SQLite reads through it under its reader locks; witho
 has them open and they are read ``immutable``, and a command whose files changed meanwhile (a
 service started and wrote) exits 1 and asks to be run again rather than print what it read.
 ``verify`` and ``stats`` print one line per scope; on a database with no scope yet (nothing was
-ever captured) they print none, say so in one line on standard error, and exit 0.
+ever captured) they print none, say so in one line on standard error, and exit 0. ``pending`` on a
+scope with no journal says so on standard error too (a mistyped tenant must not look like "nothing
+pending"). ``adjudicate`` exits 0 only when its decision took effect; accepting a candidate whose
+content was forgotten in the scope needs ``--readmit-forgotten``. A tenant or workspace that no
+host binding can use (empty, not in Unicode NFC) is a usage error.
 
 Every failure ends in one line on standard error and exit status 1 (argparse's usage errors: 2);
 a closed output pipe (``engram-memory demo | head -1``) ends the command quietly with status 1.
@@ -32,16 +36,16 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 
 from engram_memory.adapters import MCP_EXTRA
 from engram_memory.admin import MemoryAdmin
 from engram_memory.clock import ManualClock, SystemClock
-from engram_memory.connect import connect
+from engram_memory.connect import OPENING_STORE_NOTE, connect
 from engram_memory.context import ALL_TOOLS, HostBinding
-from engram_memory.errors import EngramError, PortError, ProtocolError, StoreUnavailableError
+from engram_memory.errors import EngramError, ErrorCode, PortError, ProtocolError, StoreUnavailableError
 from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, SQLiteKeyVault
 from engram_memory.policy import DefaultPolicy
 from engram_memory.service import MemoryService
@@ -78,9 +82,10 @@ def _say(line: str) -> None:
 def _reason(exc: BaseException) -> str:
     """An error's detail notes if it has any, else its constant message; never content.
 
-    The notes name an action and SQLite's error name, or a schema refusal.
+    The notes name an action and SQLite's error name, or a schema refusal; the note naming the
+    store file is left out, since every message that shows a reason names the file itself.
     """
-    notes: list[str] = getattr(exc, "__notes__", [])
+    notes = [note for note in getattr(exc, "__notes__", []) if not note.startswith(OPENING_STORE_NOTE)]
     return "; ".join(notes) if notes else str(exc)
 
 
@@ -435,37 +440,101 @@ def _cmd_stats(options: argparse.Namespace) -> int:
     return 0
 
 
+def _scope_of(options: argparse.Namespace) -> str:
+    """The scope key of ``--tenant`` and ``--workspace``; a usage error (status 2) for ids no binding can use."""
+    usage_error: Callable[[str], NoReturn] = options.usage_error
+    try:
+        return MemoryAdmin.scope(tenant_id=options.tenant, workspace_id=options.workspace)
+    except ValueError as exc:
+        usage_error(f"argument --tenant/--workspace: {exc}")
+
+
 def _cmd_pending(options: argparse.Namespace) -> int:
+    scope = _scope_of(options)
     with _inspection(options.db) as service:
         listed = MemoryAdmin(service).pending_candidates(tenant_id=options.tenant, workspace_id=options.workspace)
         lines = [json.dumps(attrs.asdict(item), ensure_ascii=False, sort_keys=True) for item in listed]
+        journal = scope in service.store.scopes()
+    if not journal:  # a note only, as for verify and stats: a typo must not look like "nothing pending"
+        with contextlib.suppress(OSError):
+            print(
+                f"{options.db}: no journal for tenant {options.tenant!r}, workspace {options.workspace!r} "
+                "(nothing was ever captured there)",
+                file=sys.stderr,
+                flush=True,
+            )
     for line in lines:  # only once the files are known not to have changed meanwhile
         _say(line)
     return 0
 
 
 def _cmd_adjudicate(options: argparse.Namespace) -> int:
+    scope = _scope_of(options)
+    if options.readmit_forgotten and options.decision != "accept":
+        usage_error: Callable[[str], NoReturn] = options.usage_error
+        usage_error("argument --readmit-forgotten: only with --decision accept")
     _require_existing(options.db)
     try:
         service = connect(_sqlite_url(options.db))
     except (EngramError, PortError) as exc:
         raise SystemExit(f"cannot open {options.db}: {_reason(exc)}") from None
     try:
-        result = MemoryAdmin(service).adjudicate(
-            tenant_id=options.tenant,
-            workspace_id=options.workspace,
-            candidate_id=options.candidate,
-            decision=options.decision,
-        )
-    except EngramError as exc:
-        raise SystemExit(f"adjudicate {options.candidate}: {exc.code.value} ({exc.public_message})") from None
-    except (PortError, ValueError) as exc:
-        raise SystemExit(f"adjudicate {options.candidate}: {_reason(exc)}") from None
+        line = _adjudicate(service, scope, options)
     finally:
         service.close()
-    outcome = result.outcome
-    _say(f"{outcome.candidate_id}: {outcome.status}" + (f" as {outcome.record_id}" if outcome.record_id else ""))
+    _say(line)
     return 0
+
+
+def _adjudicate(service: MemoryService, scope: str, options: argparse.Namespace) -> str:
+    """The line ``adjudicate`` prints once its decision took effect; exits 1 with the reason otherwise."""
+    admin = MemoryAdmin(service)
+    where = {"tenant_id": options.tenant, "workspace_id": options.workspace}
+    failed = f"adjudicate {options.candidate}"
+    try:
+        readmits = False
+        if options.decision == "accept":
+            waiting = admin.pending_candidate(**where, candidate_id=options.candidate)
+            readmits = waiting is not None and waiting.forgotten
+            if readmits and not options.readmit_forgotten:
+                raise SystemExit(
+                    f"{failed}: its content was forgotten in this scope, and accepting it re-admits erased "
+                    "content: pass --readmit-forgotten to do so (nothing was decided)"
+                )
+        result = admin.adjudicate(**where, candidate_id=options.candidate, decision=options.decision)
+    except EngramError as exc:
+        if exc.code is ErrorCode.ALREADY_TERMINAL:
+            raise SystemExit(f"{failed}: {_terminal(service, scope, options)}") from None
+        raise SystemExit(f"{failed}: {exc.code.value} ({exc.public_message})") from None
+    except (PortError, ValueError) as exc:
+        raise SystemExit(f"{failed}: {_reason(exc)}") from None
+    outcome = result.outcome
+    if outcome.status == "duplicate_exact":  # admitted before: this decision changed nothing
+        instead = (
+            "nothing to accept"
+            if options.decision == "accept"
+            else "a reject does not undo an admission: forget the record instead "
+            "(engram_memory_forget, with a host confirmation)"
+        )
+        raise SystemExit(f"{failed}: already admitted as {outcome.record_id}; {instead}")
+    line = f"{outcome.candidate_id}: {outcome.status}" + (f" as {outcome.record_id}" if outcome.record_id else "")
+    return line + (" (re-admitted content that was forgotten in this scope)" if readmits else "")
+
+
+def _terminal(service: MemoryService, scope: str, options: argparse.Namespace) -> str:
+    """Why an ``ALREADY_TERMINAL`` candidate cannot be decided, and what to do instead."""
+    try:
+        with service.store.read(scope) as reader:
+            row = reader.candidate(options.candidate)
+    except PortError:
+        row = None
+    state = "rejected or withdrawn" if row is None else row.state
+    instead = (
+        "its content was destroyed: to have it admitted, it must be captured again"
+        if options.decision == "accept"
+        else "nothing to reject"
+    )
+    return f"ALREADY_TERMINAL (already {state}; {instead})"
 
 
 def _cmd_serve_mcp(options: argparse.Namespace) -> int:
@@ -512,6 +581,7 @@ def _scope_arguments(command: argparse.ArgumentParser, *, db: str) -> None:
     command.add_argument("--db", required=True, help=db)
     command.add_argument("--tenant", required=True, help="tenant id of the scope")
     command.add_argument("--workspace", required=True, help="workspace id of the scope")
+    command.set_defaults(usage_error=command.error)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -561,8 +631,9 @@ def _parser() -> argparse.ArgumentParser:
             "the payload as it would be admitted, the evidence as captured, the trust and policy it was captured "
             "under, the record digest it would carry, and whether content of the same payload was forgotten in the "
             "scope (forgotten: accepting it re-admits erased content). This is the host's review, and it prints "
-            "content: run it "
-            "where the content may be shown. Reads only, like verify."
+            "content: run it where the content may be shown. Reads only, like verify. A scope with no journal "
+            "(nothing was ever captured there: a mistyped tenant or workspace?) prints nothing and says so on "
+            "standard error; an empty tenant or workspace, or one not in Unicode NFC, is a usage error."
         ),
     )
     _scope_arguments(pending, db="the SQLite database file")
@@ -571,15 +642,22 @@ def _parser() -> argparse.ArgumentParser:
         "adjudicate",
         help="accept or reject one pending candidate, as the host",
         description=(
-            "Decide one candidate as the host (MemoryAdmin.adjudicate): accept admits it as a searchable "
-            "record, reject discards it and destroys its key. Works across policy versions, and is the only "
-            "way to admit content forgotten in the scope. Prints the outcome; an unknown candidate "
-            "(NOT_FOUND) or one already rejected or withdrawn (ALREADY_TERMINAL) exits 1."
+            "Decide one pending candidate as the host (MemoryAdmin.adjudicate): accept admits it as a "
+            "searchable record, reject discards it and destroys its key. Works across policy versions, and is "
+            "the only way to admit content forgotten in the scope: accepting a candidate whose content was "
+            "forgotten (pending shows forgotten: true) is refused unless --readmit-forgotten is given. Prints "
+            "the outcome and exits 0 only when the decision took effect; an unknown candidate (NOT_FOUND), one "
+            "already rejected or withdrawn (ALREADY_TERMINAL) or already admitted exits 1 and says so."
         ),
     )
     _scope_arguments(adjudicate, db="the SQLite database file")
     adjudicate.add_argument("--candidate", required=True, help="the candidate id (from `pending`)")
     adjudicate.add_argument("--decision", required=True, choices=("accept", "reject"), help="the host's decision")
+    adjudicate.add_argument(
+        "--readmit-forgotten",
+        action="store_true",
+        help="with --decision accept: accept even though the content was forgotten in the scope (re-admits it)",
+    )
     adjudicate.set_defaults(run=_cmd_adjudicate)
     serve = commands.add_parser(
         "serve-mcp",

@@ -1,19 +1,20 @@
 """``MemoryAdmin`` beyond ``verify``: ``reap_keys`` counts every doomed key of every scope and keeps going past
 a scope the vault fails; ``adjudicate`` takes only ``accept`` or ``reject``; an admitted candidate row that lost
 its outcome is refused, never re-admitted; ``pending_candidates`` tells a candidate decided while it lists them
-from one whose key is lost."""
+from one whose key is lost; ``pending_candidate`` opens one candidate, ``forgotten`` included; every method that
+names a scope refuses the tenant and workspace ids every service call refuses."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 import attrs
 import pytest
 
 from engram_memory import DefaultPolicy, ManualClock, MemoryAdmin, MemoryService
 from engram_memory.context import HostBinding
-from engram_memory.errors import EngramError, ErrorCode
+from engram_memory.errors import EngramError, ErrorCode, ProtocolError
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.ports import SealedEnvelope
 from engram_memory.stores.memory import InMemoryStore
@@ -214,3 +215,107 @@ def test_pending_candidates_leaves_out_a_candidate_decided_while_the_list_is_rea
     listed = harness.admin.pending_candidates(tenant_id=A.tenant_id, workspace_id=A.workspace_id)
     assert decided == [first]  # the decision ran while the first envelope was being opened
     assert [candidate.candidate_id for candidate in listed] == [second]
+
+
+# --------------------------------------------------------------------------- pending_candidate
+
+
+def test_pending_candidate_is_the_listed_candidate_or_none_once_it_left_pending() -> None:
+    """One candidate as ``pending_candidates`` lists it; ``None`` for an unknown, admitted or rejected one."""
+    made = _world("adjudicate")
+    scope = {"tenant_id": A.tenant_id, "workspace_id": A.workspace_id}
+    waiting = made.harness.pending(A, make_key("ops-one-waiting"))
+    admitted = made.harness.pending(A, make_key("ops-one-admitted"))
+    rejected = made.harness.pending(A, make_key("ops-one-rejected"))
+    made.admin.adjudicate(**scope, candidate_id=admitted, decision="accept")
+    made.admin.adjudicate(**scope, candidate_id=rejected, decision="reject")
+    before = made.high_water(A)
+    assert made.admin.pending_candidates(**scope) == [made.admin.pending_candidate(**scope, candidate_id=waiting)]
+    for gone in (admitted, rejected, "candidate_nope"):
+        assert made.admin.pending_candidate(**scope, candidate_id=gone) is None
+    assert (
+        made.admin.pending_candidate(tenant_id=B.tenant_id, workspace_id=B.workspace_id, candidate_id=waiting) is None
+    )
+    assert made.high_water(A) == before  # reading writes nothing
+
+
+def test_pending_candidate_says_when_its_content_was_forgotten() -> None:
+    made = _world("accept")
+    scope = {"tenant_id": A.tenant_id, "workspace_id": A.workspace_id}
+    _, record_id = made.harness.accepted(A, make_key("ops-forgotten-first"), words=("zqforgottenword",))
+    recaptured = made.harness.pending(A, make_key("ops-forgotten-again"), words=("zqforgottenword",))
+    fresh = made.harness.pending(A, make_key("ops-forgotten-other"), words=("zqotherword",))
+
+    def forgotten(candidate_id: str) -> bool:
+        candidate = made.admin.pending_candidate(**scope, candidate_id=candidate_id)
+        assert candidate is not None
+        return candidate.forgotten
+
+    assert forgotten(recaptured) is False
+    ok(made.harness.forget(A, record_id, make_key("ops-forgotten-forget")))
+    assert (forgotten(recaptured), forgotten(fresh)) == (True, False)
+
+
+# --------------------------------------------------------------------------- tenant and workspace ids
+
+_REFUSED_IDS: Final = [
+    pytest.param("", "workspace-a", (ValueError, "tenant_id"), id="empty-tenant"),
+    pytest.param("tenant-ops", "", (ValueError, "workspace_id"), id="empty-workspace"),
+    pytest.param("", "", (ValueError, "tenant_id"), id="both-empty"),
+    pytest.param("te\u0301nant", "workspace-a", (ValueError, "tenant_id"), id="nfd-tenant"),
+    pytest.param("tenant-ops", "w\ud800", (ValueError, "workspace_id"), id="lone-surrogate-workspace"),
+    pytest.param(None, "workspace-a", (TypeError, "tenant_id"), id="none-tenant"),
+    pytest.param("tenant-ops", b"workspace-a", (TypeError, "workspace_id"), id="bytes-workspace"),
+]
+_MESSAGES: Final = {ValueError: "{} must be non-empty, valid Unicode text in NFC", TypeError: "{} must be a str"}
+
+
+def _call(admin: MemoryAdmin, method: str, tenant: Any, workspace: Any, candidate_id: str) -> object:
+    """``method`` of ``MemoryAdmin`` (one that names a scope by tenant and workspace) on that scope."""
+    scope = {"tenant_id": tenant, "workspace_id": workspace}
+    if method == "scope":
+        return MemoryAdmin.scope(**scope)
+    if method in {"pending_candidate", "adjudicate"}:
+        scope["candidate_id"] = candidate_id
+    if method == "adjudicate":
+        scope["decision"] = "accept"
+    return getattr(admin, method)(**scope)
+
+
+@pytest.mark.parametrize(
+    "method", ["scope", "pending_candidates", "pending_candidate", "adjudicate", "verify", "state_digest"]
+)
+@pytest.mark.parametrize(("tenant", "workspace", "refusal"), _REFUSED_IDS)
+def test_ids_no_binding_could_use_are_refused_by_every_scoped_method(
+    world: _World, method: str, tenant: object, workspace: object, refusal: tuple[type[Exception], str]
+) -> None:
+    """Every service call refuses such a binding (-32603): maintenance must not answer for a scope no agent has."""
+    error, named = refusal
+    candidate_id = world.harness.pending(A, make_key("ops-refused-ids"))
+    scopes, height = world.store.scopes(), world.high_water(A)
+    with pytest.raises(error) as refused:
+        _call(world.admin, method, tenant, workspace, candidate_id)
+    assert str(refused.value) == _MESSAGES[error].format(named)  # constant: never the id itself
+    assert (world.store.scopes(), world.high_water(A)) == (scopes, height)  # nothing written
+    assert (
+        world.admin.pending_candidate(tenant_id=A.tenant_id, workspace_id=A.workspace_id, candidate_id=candidate_id)
+        is not None
+    )
+
+
+@pytest.mark.parametrize(("tenant", "workspace"), [("", "w"), ("t", ""), ("te\u0301nant", "w"), ("t", "w\ud800")])
+def test_the_ids_maintenance_refuses_are_the_ids_every_service_call_refuses(
+    world: _World, tenant: str, workspace: str
+) -> None:
+    binding = attrs.evolve(A, tenant_id=tenant, workspace_id=workspace)
+    with pytest.raises(ProtocolError):
+        world.harness.service.call_tool("engram_memory_search", {"query": "x", "purpose_ref": A.purpose_ref}, binding)
+    with pytest.raises(ValueError, match="must be non-empty, valid Unicode text in NFC"):
+        MemoryAdmin.scope(tenant_id=tenant, workspace_id=workspace)
+
+
+def test_scope_is_the_key_of_the_binding_and_of_the_store() -> None:
+    made = _world("adjudicate")
+    made.harness.pending(A, make_key("ops-scope-key"))
+    assert MemoryAdmin.scope(tenant_id=A.tenant_id, workspace_id=A.workspace_id) == A.scope
+    assert made.store.scopes() == [MemoryAdmin.scope(tenant_id="tenant-ops", workspace_id="workspace-a")]

@@ -21,7 +21,7 @@ from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, SQLiteKeyVault
 from engram_memory.policy_guard import GuardedPolicy
 from engram_memory.stores.sqlite import _seed_secret
 from engram_memory.stores.sqlite._schema import STORE_APPLICATION_ID, STORE_SCHEMA, migrate
-from engram_memory.testing import capture_args, make_binding, make_key
+from engram_memory.testing import Harness, capture_args, make_binding, make_key, ok
 from engram_memory.testing.fakes import CAPTURE
 
 ACME = scope_key("acme", "platform")
@@ -240,7 +240,10 @@ def test_adjudicate_decides_as_the_host_and_refuses_what_it_cannot_decide(
     assert (status, lines) == (0, [f"{ids[1]}: rejected"])
     assert _run(["pending", *scope], capsys) == (0, [])
     refused = _exit_of(["adjudicate", *scope, "--candidate", ids[2], "--decision", "accept"])
-    assert refused.code == f"adjudicate {ids[2]}: ALREADY_TERMINAL (the target is already in a terminal state)"
+    assert refused.code == (
+        f"adjudicate {ids[2]}: ALREADY_TERMINAL (already rejected; its content was destroyed: to have it admitted, "
+        "it must be captured again)"
+    )
     unknown = _exit_of(["adjudicate", *scope, "--candidate", "candidate_nope", "--decision", "accept"])
     assert unknown.code == "adjudicate candidate_nope: NOT_FOUND (memory target not found)"
     missing = _exit_of(
@@ -260,6 +263,148 @@ def test_adjudicate_decides_as_the_host_and_refuses_what_it_cannot_decide(
     )
     assert missing.code == f"no database at {db.parent / 'none.db'}"
     assert not (db.parent / "none.db").exists()
+
+
+@pytest.fixture
+def forgotten_db(tmp_path: Path) -> tuple[Path, str, str]:
+    """A database whose scope acme/platform holds a candidate whose content was forgotten, and an ordinary one.
+
+    Returns the file, the id of the candidate re-capturing forgotten content, and the ordinary candidate's id.
+    """
+    db = tmp_path / "forgotten.db"
+    clock = ManualClock()
+    harness = Harness(connect(f"sqlite:///{db}", policy=DefaultPolicy(admission="adjudicate"), clock=clock), clock)
+    binding = make_binding("acme", "platform", "alice")
+    words = ("zqerasedwordone", "zqerasedwordtwo")
+    try:
+        first = harness.pending(binding, make_key("erased-first"), words=words)
+        accepted = harness.admin.adjudicate(
+            tenant_id="acme", workspace_id="platform", candidate_id=first, decision="accept"
+        )
+        assert accepted.outcome.record_id is not None
+        ok(harness.forget(binding, accepted.outcome.record_id, make_key("erased-forget")))
+        again = harness.pending(binding, make_key("erased-again"), words=words)
+        other = harness.pending(binding, make_key("erased-other"))
+    finally:
+        harness.service.close()
+    return db, again, other
+
+
+def _pending_ids(db: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, bool]:
+    """``candidate_id`` → ``forgotten`` of every candidate ``pending`` lists in acme/platform."""
+    status, lines = _run(["pending", "--db", str(db), "--tenant", "acme", "--workspace", "platform"], capsys)
+    assert status == 0
+    return {item["candidate_id"]: item["forgotten"] for item in map(json.loads, lines)}
+
+
+def test_accepting_forgotten_content_is_refused_without_readmit_forgotten(
+    forgotten_db: tuple[Path, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, again, other = forgotten_db
+    scope = ["--db", str(db), "--tenant", "acme", "--workspace", "platform"]
+    assert _pending_ids(db, capsys) == {again: True, other: False}
+    stats = _run(["stats", "--db", str(db)], capsys)
+    refused = _exit_of(["adjudicate", *scope, "--candidate", again, "--decision", "accept"])
+    assert refused.code == (
+        f"adjudicate {again}: its content was forgotten in this scope, and accepting it re-admits erased content: "
+        "pass --readmit-forgotten to do so (nothing was decided)"
+    )
+    assert capsys.readouterr().out == ""
+    assert _run(["stats", "--db", str(db)], capsys) == stats  # nothing was written
+    assert _pending_ids(db, capsys) == {again: True, other: False}
+    status, lines = _run(["adjudicate", *scope, "--candidate", other, "--decision", "accept"], capsys)
+    assert status == 0  # content never forgotten needs no flag
+    assert lines[0].startswith(f"{other}: accepted as mem_")
+    assert not lines[0].endswith(")")
+    status, lines = _run(
+        ["adjudicate", *scope, "--candidate", again, "--decision", "accept", "--readmit-forgotten"], capsys
+    )
+    assert status == 0
+    assert len(lines) == 1
+    assert lines[0].startswith(f"{again}: accepted as mem_")
+    assert lines[0].endswith(" (re-admitted content that was forgotten in this scope)")
+    assert _pending_ids(db, capsys) == {}
+
+
+def test_readmit_forgotten_goes_only_with_accept(
+    forgotten_db: tuple[Path, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, again, _ = forgotten_db
+    argv = ["adjudicate", "--db", str(db), "--tenant", "acme", "--workspace", "platform", "--candidate", again]
+    assert _exit_of([*argv, "--decision", "reject", "--readmit-forgotten"]).code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: engram-memory adjudicate")
+    assert err.endswith("engram-memory adjudicate: error: argument --readmit-forgotten: only with --decision accept\n")
+    assert again in _pending_ids(db, capsys)
+
+
+def test_a_decision_that_takes_no_effect_exits_one_and_says_what_to_do(
+    waiting_db: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reject of an admitted candidate, or any decision on one already decided, is not a success."""
+    db, ids = waiting_db
+    scope = ["--db", str(db), "--tenant", "acme", "--workspace", "platform"]
+    status, lines = _run(["adjudicate", *scope, "--candidate", ids[0], "--decision", "accept"], capsys)
+    assert status == 0
+    record_id = lines[0].rsplit(" ", 1)[1]
+    assert record_id.startswith("mem_")
+    stats = _run(["stats", "--db", str(db)], capsys)
+    refused = _exit_of(["adjudicate", *scope, "--candidate", ids[0], "--decision", "reject"])
+    assert refused.code == (
+        f"adjudicate {ids[0]}: already admitted as {record_id}; a reject does not undo an admission: forget the "
+        "record instead (engram_memory_forget, with a host confirmation)"
+    )
+    again = _exit_of(["adjudicate", *scope, "--candidate", ids[0], "--decision", "accept"])
+    assert again.code == f"adjudicate {ids[0]}: already admitted as {record_id}; nothing to accept"
+    rejected = _exit_of(["adjudicate", *scope, "--candidate", ids[2], "--decision", "reject"])
+    assert rejected.code == f"adjudicate {ids[2]}: ALREADY_TERMINAL (already rejected; nothing to reject)"
+    assert capsys.readouterr().out == ""
+    assert _run(["stats", "--db", str(db)], capsys) == stats
+
+
+def test_pending_on_a_scope_without_a_journal_says_so_on_stderr(
+    waiting_db: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped tenant must not look like a scope with nothing pending."""
+    db, ids = waiting_db
+    assert main(["pending", "--db", str(db), "--tenant", "acmee", "--workspace", "platform"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"{db}: no journal for tenant 'acmee', workspace 'platform' (nothing was ever captured there)\n"
+    )
+    scope = ["--db", str(db), "--tenant", "acme", "--workspace", "platform"]
+    for candidate_id in ids[:2]:
+        assert _run(["adjudicate", *scope, "--candidate", candidate_id, "--decision", "reject"], capsys)[0] == 0
+    assert main(["pending", *scope]) == 0  # a journal with nothing pending: nothing to say
+    assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize("command", ["pending", "adjudicate"])
+@pytest.mark.parametrize(
+    ("tenant", "workspace"),
+    [
+        pytest.param("", "", id="both-empty"),
+        pytest.param("acme", "", id="empty-workspace"),
+        pytest.param("e\u0301", "platform", id="nfd-tenant"),
+        pytest.param("acme", "\udcff", id="undecodable-workspace"),
+    ],
+)
+def test_ids_no_binding_could_use_are_a_usage_error(
+    command: str, tenant: str, workspace: str, waiting_db: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, ids = waiting_db
+    argv = [command, "--db", str(db), "--tenant", tenant, "--workspace", workspace]
+    if command == "adjudicate":
+        argv += ["--candidate", ids[0], "--decision", "accept"]
+    stats = _run(["stats", "--db", str(db)], capsys)
+    assert _exit_of(argv).code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"usage: engram-memory {command}")
+    assert f"engram-memory {command}: error: argument --tenant/--workspace: " in captured.err
+    assert captured.err.endswith(" must be non-empty, valid Unicode text in NFC\n")
+    assert _run(["stats", "--db", str(db)], capsys) == stats
 
 
 # --------------------------------------------------------------------------- help
@@ -289,7 +434,9 @@ def _description(help_text: str) -> str:
         pytest.param("verify", ["--db"]),
         pytest.param("stats", ["--db"]),
         pytest.param("pending", ["--db", "--tenant", "--workspace"]),
-        pytest.param("adjudicate", ["--db", "--tenant", "--workspace", "--candidate", "--decision"]),
+        pytest.param(
+            "adjudicate", ["--db", "--tenant", "--workspace", "--candidate", "--decision", "--readmit-forgotten"]
+        ),
         pytest.param("serve-mcp", ["--db", "--tenant", "--workspace", "--principal", "--purpose", "--admission"]),
     ],
 )

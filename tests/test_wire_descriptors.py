@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from engram_memory.errors import EngramError, ErrorCode
-from engram_memory.wire import failure_envelope, success_envelope, to_mcp_call_result
+from engram_memory.wire import RequestAdmissionArgs, failure_envelope, parse_args, success_envelope, to_mcp_call_result
 from engram_memory.wire.descriptors import tool_descriptors
 from engram_memory.wire.schemas import input_schema, output_envelope_schema
 from tests.wire_strategies import TOOLS, sample_output_value
@@ -148,3 +148,32 @@ def test_unknown_tool_is_a_key_error(tools: list[str]) -> None:
 def test_a_single_string_is_refused() -> None:
     with pytest.raises(TypeError):
         tool_descriptors("engram_memory_get")
+
+
+MUTATIONS: Final = (
+    "engram_memory_capture",
+    "engram_memory_request_admission",
+    "engram_memory_withdraw",
+    "engram_memory_forget",
+)
+
+
+@pytest.mark.parametrize("tool", MUTATIONS)
+def test_the_idempotency_key_text_states_the_byte_bound_the_runtime_applies(tool: str) -> None:
+    """The bound is in UTF-8 bytes: 4 emoji (16 bytes) pass, so the text must not ask for 16 characters."""
+    description = _by_name()[tool]["inputSchema"]["properties"]["idempotency_key"]["description"]
+    assert "an NFC string of 16-256 UTF-8 bytes (at least 16 ASCII characters, or fewer multi-byte ones)" in description
+    for key, passes in (
+        ("\U0001f600" * 4, True),
+        ("é" * 8, True),
+        ("k" * 16, True),
+        ("k" * 15, False),
+        ("é" * 7, False),
+    ):
+        args = {"candidate_id": "candidate_x", "idempotency_key": key}
+        if passes:
+            assert parse_args(RequestAdmissionArgs, args).idempotency_key == key
+        else:
+            with pytest.raises(EngramError) as refused:
+                parse_args(RequestAdmissionArgs, args)
+            assert refused.value.pointer == "/idempotency_key"

@@ -184,7 +184,7 @@ def _idempotency_key() -> Schema:
         description=(
             f"One key per logical operation, chosen before the first attempt and reused unchanged "
             f"on every retry: an NFC string of {low}-{high} UTF-8 bytes (at least {low} ASCII "
-            "characters). The same key with other arguments is DIGEST_CONFLICT."
+            "characters, or fewer multi-byte ones). The same key with other arguments is DIGEST_CONFLICT."
         ),
         nfc="required",
     )
