@@ -148,7 +148,12 @@ class IndexedDocument:
     """The lexical index entry of one record: per-term frequencies per field, field lengths.
 
     Tuples follow :data:`FIELDS`. The eligibility inputs are copied so a search can filter
-    without reading record rows.
+    without reading record rows. The terms are the record's words in clear: the tokens of
+    :mod:`engram_memory.ranking.tokenizer` (lower-case runs of letters, digits and ``_`` of NFC
+    text, in any script), compared exactly as strings. They are the only content the service
+    hands a store outside sealed envelopes: a store that writes its index outside process memory
+    keys it by a keyed digest of each term (``SQLiteStore`` does), and ``unindex`` leaves nothing
+    of a term no remaining document holds.
     """
 
     record_id: str
@@ -467,9 +472,10 @@ class Store(Protocol):
         Usable only inside its ``with`` block. A unit of work opened while the same thread has a
         unit of the same store open (of any scope) raises ``StoreUnavailableError`` and never
         commits: nothing it writes is ever seen, and the open unit is unaffected (it commits if
-        the caller catches the error). Both reference stores raise at once, from the ``with``
-        statement, before touching anything; a store may instead wait for its timeout first, as
-        for another writer. The service never nests units.
+        the caller catches the error). It raises from the ``with`` statement (at once, or after
+        the store's timeout, as for another writer), from one of its methods, or when its block
+        ends; the conformance kit accepts each. Both reference stores raise at once, from the
+        ``with`` statement, before touching anything. The service never nests units.
 
         Raises:
             StoreUnavailableError: the store cannot start or commit now (retriable), this thread
@@ -491,9 +497,14 @@ class Store(Protocol):
         """Release resources; idempotent.
 
         Afterwards each method either works as before or raises ``StoreUnavailableError``, never
-        another exception. Both reference stores refuse :meth:`read`, :meth:`write` and
-        :meth:`scopes` with ``StoreUnavailableError`` (a view or unit opened before finishes
-        normally) and still answer :meth:`secret` with the same bytes.
+        another exception. So does each method of a view or unit of work that is open when
+        ``close`` is called on another thread (a shutdown racing a search): a view answers as
+        before or raises ``StoreUnavailableError``; a unit either commits whole when its block
+        ends, or raises ``StoreUnavailableError`` (nothing committed) or
+        ``StoreOutcomeUnknownError``. ``close`` may wait for such views and units to end first.
+        Both reference stores refuse :meth:`read`, :meth:`write` and :meth:`scopes` with
+        ``StoreUnavailableError``, let a view or unit open at the close finish normally, and still
+        answer :meth:`secret` with the same bytes.
         """
         ...
 

@@ -59,10 +59,29 @@ class TestTheDocumentedKmsVaultConforms(KeyVaultConformance):
         return lambda vault: vault.purge()  # type: ignore[attr-defined]  # the documented scheduled deletion
 
 
+def _collected(kit: type) -> int:
+    """How many tests pytest collects from a binding of ``kit``: each test once per combination of its parameters.
+
+    The kits parametrize tests with ``pytest.mark.parametrize`` only (no parametrized fixtures).
+    """
+    total = 0
+    for name in dir(kit):
+        if name.startswith("test_"):
+            cases = 1
+            for mark in getattr(getattr(kit, name), "pytestmark", []):
+                if mark.name == "parametrize":
+                    cases *= len(mark.args[1])
+            total += cases
+    return total
+
+
 def test_backends_md_states_each_conformance_kit_s_test_count() -> None:
-    """docs/backends.md says how many tests each kit runs; the counts follow the kits."""
+    """docs/backends.md says how many tests each kit has ("N tests"), and, when some take parameters, how many
+    pytest collects ("N tests, M with parameters"); the counts follow the kits."""
     text = (ROOT / "docs" / "backends.md").read_text(encoding="utf-8")
     for kit in (StoreConformance, KeyVaultConformance, RankerConformance, ServiceConformance):
-        stated = re.search(rf"`{kit.__name__}`[^(]*\((\d+) tests", text)
+        stated = re.search(rf"`{kit.__name__}`[^(]*\((\d+) tests(?:, (\d+) with parameters)?[;)]", text)
         assert stated is not None, kit.__name__
-        assert int(stated.group(1)) == len([name for name in dir(kit) if name.startswith("test_")]), kit.__name__
+        tests = len([name for name in dir(kit) if name.startswith("test_")])
+        assert int(stated.group(1)) == tests, kit.__name__
+        assert int(stated.group(2) or tests) == _collected(kit), f"{kit.__name__}: state the count with parameters"

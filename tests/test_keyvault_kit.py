@@ -176,3 +176,46 @@ def test_a_store_wrapper_hands_scopes_secret_and_close_to_the_wrapped_store() ->
     assert MemoryAdmin(service).reap_keys() == 1  # found in the scope the wrapper listed
     service.close()
     assert inner.closed
+
+
+_FAILING_BINDING = """
+import pytest
+
+from engram_memory.stores.memory import InMemoryStore
+from engram_memory.testing import StoreConformance, StoreWrapper
+
+
+class ShortSecretStore(StoreWrapper):
+    def secret(self):
+        return b"s" * 16
+
+
+class TestAStoreWithAShortSecret(StoreConformance):
+    @pytest.fixture
+    def store(self):
+        return ShortSecretStore(InMemoryStore())
+"""
+
+_CONFTESTS = {
+    "no conftest": None,
+    "a conftest that registers the package itself, then imports the kit": (
+        'import pytest\n\npytest.register_assert_rewrite("engram_memory.testing")\n\nimport engram_memory.testing\n'
+    ),
+}
+
+
+@pytest.mark.parametrize("conftest", list(_CONFTESTS))
+def test_a_failing_kit_assertion_shows_its_values_in_an_integrators_run(
+    pytester: pytest.Pytester, conftest: str
+) -> None:
+    """The kit registers its modules for assertion rewriting: in a separate pytest run (the kit imported
+    as an installed library), a failed bare ``assert`` shows the values it compared, and warnings as errors
+    (``-W error``, as this repository's own configuration has) find no PytestAssertRewriteWarning."""
+    pytester.makepyfile(test_binding=_FAILING_BINDING)
+    source = _CONFTESTS[conftest]
+    if source is not None:
+        pytester.makeconftest(source)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error", "-k", "test_secret_is_32")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["E * assert 16 == 32", "E * +  where 16 = len(b'ssssssssssssssss')"])
+    assert "PytestAssertRewriteWarning" not in result.stdout.str() + result.stderr.str()

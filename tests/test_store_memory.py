@@ -10,13 +10,18 @@ import pytest
 from engram_memory.errors import StoreUnavailableError
 from engram_memory.ports import JournalEvent, UnitOfWork
 from engram_memory.stores.memory import InMemoryStore
-from engram_memory.testing import StoreConformance
+from engram_memory.testing import StoreConformance, TermTraces
+from engram_memory.testing.fakes import inmemory_term_traces
 
 
 class TestInMemoryStore(StoreConformance):
     @pytest.fixture
     def store(self) -> InMemoryStore:
         return InMemoryStore()
+
+    @pytest.fixture
+    def term_traces(self) -> TermTraces | None:
+        return inmemory_term_traces
 
 
 def test_a_given_secret_is_kept() -> None:

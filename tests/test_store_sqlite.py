@@ -69,6 +69,7 @@ from engram_memory.testing import (
     ServiceConformance,
     ServiceFactory,
     StoreConformance,
+    TermTraces,
     distinctive_words,
     make_binding,
     service_machine,
@@ -1429,6 +1430,30 @@ class TestSQLiteStore(StoreConformance):
     def reopen(self, tmp_path: Path) -> Callable[[], Store]:
         return lambda: SQLiteStore(tmp_path / "conformance.db")
 
+    @pytest.fixture
+    def term_traces(self) -> TermTraces | None:
+        return _term_traces
+
+
+def _term_traces(store: Store, scope: str, term: str) -> bool:
+    """Whether the file holds the term's keyed digest for ``scope``: in a posting, or in a document's term list
+    (the list of a document that no longer exists counts, whatever its scope)."""
+    assert isinstance(store, SQLiteStore)
+    key = store._term_key(term)
+    raw = sqlite3.connect(store.path)
+    try:
+        (found,) = raw.execute(
+            "SELECT EXISTS (SELECT 1 FROM postings AS p JOIN scopes AS s USING (scope_id)"
+            "  WHERE s.scope = ? AND p.term = ?)"
+            " OR EXISTS (SELECT 1 FROM document_terms AS t LEFT JOIN documents AS d USING (doc)"
+            "  LEFT JOIN scopes AS s USING (scope_id)"
+            "  WHERE (d.doc IS NULL OR s.scope = ?) AND instr(t.term_keys, ?) > 0)",
+            (scope, key, scope, key),
+        ).fetchone()
+    finally:
+        raw.close()
+    return bool(found)
+
 
 def _replace_event_body(store: Store, scope: str, cursor: int, body: bytes) -> None:
     assert isinstance(store, SQLiteStore)
@@ -1461,6 +1486,10 @@ class TestSQLiteService(ServiceConformance):
     @pytest.fixture
     def replace_event_body(self) -> ReplaceEventBody | None:
         return _replace_event_body
+
+    @pytest.fixture
+    def term_traces(self) -> TermTraces | None:
+        return _term_traces
 
     def test_no_file_ever_holds_the_words_of_the_content(self, harness: Harness, tmp_path: Path) -> None:
         """D6 on disk: store, vault and their WALs hold sealed bodies and keyed term digests only."""

@@ -19,9 +19,21 @@ A backend "is conformant" when its bindings pass these suites::
 This package imports pytest and Hypothesis (the ``testing`` extra); the core never imports it.
 Optional behaviours are capability fixtures with conservative defaults, never ``isinstance``
 checks.
+
+Importing the package registers its modules for pytest's assertion rewriting (before importing
+them), so a failing kit assertion shows the compared values in the integrator's run too: pytest
+rewrites only test modules, conftests and registered modules, and the kit is an installed library.
 """
 
-from engram_memory.testing.fakes import (
+import pkgutil
+
+import pytest
+
+pytest.register_assert_rewrite(*(f"{__name__}.{module.name}" for module in pkgutil.iter_modules(__path__)))
+# the package itself is already being imported here, so only its submodules are named: naming the
+# package too would make pytest warn (PytestAssertRewriteWarning) that it cannot be rewritten
+
+from engram_memory.testing.fakes import (  # noqa: E402 - after the registration, so the kit is rewritten
     PURPOSE,
     Harness,
     PolicyOverride,
@@ -36,11 +48,11 @@ from engram_memory.testing.fakes import (
     ok,
     with_policy,
 )
-from engram_memory.testing.keyvault import CompleteDestruction, KeyMaterial, KeyVaultConformance
-from engram_memory.testing.ranker import RankerConformance
-from engram_memory.testing.service import ReplaceEventBody, ScopeContents, ServiceConformance
-from engram_memory.testing.stateful import service_machine
-from engram_memory.testing.store import StoreConformance
+from engram_memory.testing.keyvault import CompleteDestruction, KeyMaterial, KeyVaultConformance  # noqa: E402
+from engram_memory.testing.ranker import RankerConformance  # noqa: E402
+from engram_memory.testing.service import ReplaceEventBody, ScopeContents, ServiceConformance  # noqa: E402
+from engram_memory.testing.stateful import service_machine  # noqa: E402
+from engram_memory.testing.store import StoreConformance, TermTraces  # noqa: E402
 
 __all__ = [
     "PURPOSE",
@@ -56,6 +68,7 @@ __all__ = [
     "ServiceFactory",
     "StoreConformance",
     "StoreWrapper",
+    "TermTraces",
     "capture_args",
     "confirm",
     "distinctive_words",

@@ -56,6 +56,7 @@ __all__ = [
     "fail",
     "inmemory_replace_event_body",
     "inmemory_scope_contents",
+    "inmemory_term_traces",
     "make_binding",
     "make_key",
     "ok",
@@ -465,6 +466,17 @@ def inmemory_scope_contents(store: Store, scope: str) -> bytes:
     return b"\n".join(parts)
 
 
+def inmemory_term_traces(store: Store, scope: str, term: str) -> bool:
+    """Whether an :class:`InMemoryStore` holds anything of ``term`` for ``scope`` (a posting map, a document's term)."""
+    assert isinstance(store, InMemoryStore)
+    partition = store.raw_partition(scope)
+    return (
+        term in partition.occurrences
+        or any(term in document.terms for document in partition.documents.values())
+        or any(held == term for bucket in partition.buckets.values() for held, _ in bucket)
+    )
+
+
 def inmemory_replace_event_body(store: Store, scope: str, cursor: int, body: bytes) -> None:
     """Overwrite the stored body of one event of an :class:`InMemoryStore` (tamper simulation)."""
     assert isinstance(store, InMemoryStore)
@@ -475,8 +487,9 @@ def inmemory_replace_event_body(store: Store, scope: str, cursor: int, body: byt
 class InMemoryCapabilities:
     """Mix into a ``ServiceConformance`` subclass whose services share one :class:`InMemoryStore`.
 
-    It binds the kit's capability fixtures ``scope_contents`` and ``replace_event_body``, so the
-    plaintext scans and the tamper test run instead of being skipped.
+    It binds the kit's capability fixtures ``scope_contents``, ``replace_event_body`` and
+    ``term_traces``, so the plaintext scans, the tamper test and the index-trace check run instead
+    of being skipped.
     """
 
     @pytest.fixture
@@ -488,3 +501,8 @@ class InMemoryCapabilities:
     def replace_event_body(self) -> Callable[[Store, str, int, bytes], None] | None:
         """:func:`inmemory_replace_event_body`."""
         return inmemory_replace_event_body
+
+    @pytest.fixture
+    def term_traces(self) -> Callable[[Store, str, str], bool] | None:
+        """:func:`inmemory_term_traces`."""
+        return inmemory_term_traces

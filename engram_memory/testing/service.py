@@ -82,6 +82,7 @@ from engram_memory.testing.fakes import (
     with_policy,
 )
 from engram_memory.testing.keyvault import CompleteDestruction, finish_destruction
+from engram_memory.testing.store import TermTraces
 
 __all__ = ["ReplaceEventBody", "ScopeContents", "ServiceConformance"]
 
@@ -303,6 +304,11 @@ class ServiceConformance:
         return None
 
     @pytest.fixture
+    def term_traces(self) -> TermTraces | None:
+        """Capability: whether the store holds anything of a term for a scope (see ``StoreConformance``)."""
+        return None
+
+    @pytest.fixture
     def complete_destruction(self) -> CompleteDestruction | None:
         """Required for a vault that schedules destruction (see ``KeyVaultConformance``)."""
         return None
@@ -420,6 +426,25 @@ class ServiceConformance:
         with harness.service.store.read(A.scope) as reader:
             assert all(list(reader.postings(word)) == [] for word in words)
             assert reader.index_stats().documents == 0
+
+    def test_a_search_finds_only_the_records_holding_its_word_in_any_script(self, harness: Harness) -> None:
+        """A search finds only the records holding its word: a suffix, a non-ASCII letter or a script tells them apart.
+
+        Two admitted records hold words that differ only in a suffix ("alphabetical"/"alphabets"),
+        in a non-ASCII letter ("straße"/"strasse", "café"/"cafe") or in script ("東京タワー"/"大阪城");
+        each word finds its own record alone (a store that keys terms by a prefix, or drops what is
+        not ASCII, mixes them).
+        """
+        words = {
+            "first": ("東京タワー", "alphabetical", "straße", "café"),
+            "second": ("大阪城", "alphabets", "strasse", "cafe"),
+        }
+        records = {name: harness.accepted(A, make_key(f"script-{name}"), words=held)[1] for name, held in words.items()}
+        for name, held in words.items():
+            for word in held:
+                found = ok(harness.call(SEARCH, {"query": word, "purpose_ref": A.purpose_ref}, A))
+                hits = [packet["record"]["record_id"] for packet in found["records"]]
+                assert hits == [records[name]], f"a search for {word!r} found {hits}, not the {name} record alone"
 
     def test_a_candidate_id_is_not_a_record_id(self, harness: Harness) -> None:
         """§3.2: a candidate id given where a record id is expected fails the closed schema."""
@@ -1169,6 +1194,26 @@ class ServiceConformance:
             assert list(reader.postings("zqgoneword")) == []
             assert list(reader.indexed_ids()) == [kept]
 
+    def test_forget_leaves_no_trace_of_the_words_only_its_record_held(
+        self, harness: Harness, term_traces: TermTraces | None
+    ) -> None:
+        """D6: after forget nothing of the words only the forgotten record held stays in the store.
+
+        Capability ``term_traces``: not the word, nor a digest of it (keyed or not), nor an empty
+        posting list; the words another record still holds stay.
+        """
+        if term_traces is None:
+            pytest.skip("the backend does not expose what it holds of a term")
+        _, gone = harness.accepted(A, make_key("trace-gone"), words=("zqsharedtrace", "zqgonetrace", "zqgonetwice"))
+        harness.accepted(A, make_key("trace-kept"), words=("zqsharedtrace", "zqkepttrace"))
+        store = harness.service.store
+        assert term_traces(store, A.scope, "zqgonetrace"), "term_traces finds nothing of an indexed word"
+        ok(harness.forget(A, gone, make_key("trace-gone-forget")))
+        left = [word for word in ("zqgonetrace", "zqgonetwice") if term_traces(store, A.scope, word)]
+        assert not left, f"words only the forgotten record held left traces in the store: {left}"
+        kept = [word for word in ("zqsharedtrace", "zqkepttrace") if term_traces(store, A.scope, word)]
+        assert kept == ["zqsharedtrace", "zqkepttrace"], f"only {kept} of the kept record's words are traced"
+
     def test_forget_twice_is_already_terminal_and_a_replay_is_identical(self, harness: Harness) -> None:
         """D4/D5: a new key on a tombstone → ALREADY_TERMINAL; the same key replays."""
         _, record_id = harness.accepted(A, make_key("forget-twice"))
@@ -1696,9 +1741,10 @@ class ServiceConformance:
     ) -> None:
         """D6: a pending candidate's words appear nowhere but the ciphertext; admission indexes them.
 
-        Whether the index holds words in clear or as digests is the store's choice: after
-        admission the words are shown indexed by a search, and the attestation (never indexed)
-        is still nowhere in clear.
+        After admission the index holds the words, in clear or as keyed digests (a store that
+        keeps its index in memory may hold them in clear; one that writes it elsewhere may not,
+        see docs/backends.md, which the scan cannot tell apart): a search shows them indexed, and
+        the attestation (never indexed) is still nowhere in clear.
         """
         if scope_contents is None:
             pytest.skip("the backend does not expose its raw contents")

@@ -10,9 +10,11 @@ Bind it with one fixture::
             s.close()
 
 Optional behaviours are capability fixtures: override ``persists_across_reopen`` to return
-``True`` and ``reopen`` to return a callable that opens a second store over the same data.
+``True`` and ``reopen`` to return a callable that opens a second store over the same data, and
+``term_traces`` (:data:`TermTraces`) to let the kit check that nothing of an unindexed term stays.
 Only port-level behaviour and port exceptions are asserted. Some tests run several threads on
-one store; none asserts how long anything takes.
+one store; none asserts how long anything takes (one waits up to ``_CLOSE_WAIT`` for a ``close``
+that waits for open views).
 """
 
 from __future__ import annotations
@@ -49,8 +51,16 @@ from engram_memory.ports import (
     occurrence_key,
 )
 from engram_memory.ranking.eligibility import eligible_entries
+from engram_memory.ranking.tokenizer import tokenize
 
-__all__ = ["StoreConformance"]
+__all__ = ["StoreConformance", "TermTraces"]
+
+TermTraces = Callable[[Store, str, str], bool]
+"""``(store, scope, term) -> bool``: whether the store still holds anything of ``term`` for ``scope``.
+
+Anything at all: the term, a digest of it (keyed or not), an empty posting list left under it.
+Read from the store's raw data, not through the port, and only once no unit is open.
+"""
 
 SCOPE_A = scope_key("tenant-a", "workspace-1")
 SCOPE_B = scope_key("tenant-b", "workspace-1")
@@ -110,6 +120,12 @@ def _document(
     )
 
 
+def _shown(value: Any, limit: int = 300) -> str:
+    """``repr(value)``, cut at ``limit`` characters, for a failure message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _other_spellings(key: str) -> list[str]:
     """Strings that are not ``key`` but that a lenient parser might read as the same key."""
     return [f" {key}", f"{key} ", f"0{key}", f"+{key}", f"{key}.0", f'"{key}"', f"{key}\x00", key.upper() + "x"]
@@ -121,8 +137,8 @@ def _resolved(reader: StoreReader, term: str) -> list[tuple[str, str, IndexEntry
     A document whose record has no row resolves to nothing: ``("", occurrence key, None)``.
     """
     keys, occurrences = reader.term_postings(term)
-    assert len(keys) == len(occurrences), "parallel sequences"
-    assert len(set(keys)) == len(keys), "a document appears once per term"
+    assert len(keys) == len(occurrences), f"term_postings({term!r}) are not parallel sequences: {keys}, {occurrences}"
+    assert len(set(keys)) == len(keys), f"term_postings({term!r}) names a document key twice: {_shown(keys)}"
     entries = reader.index_entries(keys)
     resolved = [
         (entry.record_id if entry is not None else "", occurrence, entry)
@@ -192,27 +208,191 @@ def _populated(store: Store) -> dict[str, Any]:
 _PROBE_TAGS = ("a", "b", "c", "x")
 
 
-def _snapshot(reader: StoreReader, tags: Iterable[str] = _PROBE_TAGS) -> dict[str, Any]:
-    """Everything every reader method reports about the probed ids, keys and terms."""
+def _reads(reader: StoreReader, tags: Iterable[str] = _PROBE_TAGS) -> dict[str, Callable[[], Any]]:
+    """Every reader method, called on the probed ids, keys and terms: what :func:`_snapshot` reports, unread."""
     tags = tuple(tags)
     terms = ["shared", "fresh", *(f"word{tag}" for tag in tags)]
+
+    def eligible() -> list[str]:
+        keys = [key for term in terms for key in reader.term_postings(term)[0]]
+        return sorted(item.record_id for item in reader.eligible_documents(keys, valid_as_of=2_000, now_ms=0))
+
     return {
-        "high_water": reader.high_water(),
-        "last_event_digest": reader.last_event_digest(),
-        "events": list(reader.events()),
-        "idempotency": {tag: reader.idempotency("principal-1", f"key-{tag}") for tag in tags},
-        "candidate": {tag: reader.candidate(f"candidate-{tag}") for tag in tags},
-        "record": {tag: reader.record(f"mem_{tag}") for tag in tags},
-        "candidates": list(reader.candidates()),
-        "records": list(reader.records()),
-        "tombstoned": {tag: reader.is_tombstoned_payload(_digest("tomb-" + tag)) for tag in tags},
-        "confirmations": {tag: reader.confirmation_used(f"confirmation-{tag}") for tag in tags},
-        "index_stats": reader.index_stats(),
-        "postings": {term: list(reader.postings(term)) for term in terms},
-        "term_postings": {term: _resolved(reader, term) for term in terms},
-        "indexed_ids": list(reader.indexed_ids()),
-        "doomed_keys": reader.doomed_keys(),
+        "high_water": reader.high_water,
+        "last_event_digest": reader.last_event_digest,
+        "events": lambda: list(reader.events()),
+        "idempotency": lambda: {tag: reader.idempotency("principal-1", f"key-{tag}") for tag in tags},
+        "candidate": lambda: {tag: reader.candidate(f"candidate-{tag}") for tag in tags},
+        "record": lambda: {tag: reader.record(f"mem_{tag}") for tag in tags},
+        "candidates": lambda: list(reader.candidates()),
+        "records": lambda: list(reader.records()),
+        "tombstoned": lambda: {tag: reader.is_tombstoned_payload(_digest("tomb-" + tag)) for tag in tags},
+        "confirmations": lambda: {tag: reader.confirmation_used(f"confirmation-{tag}") for tag in tags},
+        "index_stats": reader.index_stats,
+        "postings": lambda: {term: list(reader.postings(term)) for term in terms},
+        "term_postings": lambda: {term: _resolved(reader, term) for term in terms},
+        "eligible_documents": eligible,
+        "indexed_ids": lambda: list(reader.indexed_ids()),
+        "doomed_keys": reader.doomed_keys,
     }
+
+
+def _snapshot(reader: StoreReader, tags: Iterable[str] = _PROBE_TAGS) -> dict[str, Any]:
+    """Everything every reader method reports about the probed ids, keys and terms."""
+    return {name: read() for name, read in _reads(reader, tags).items()}
+
+
+def _differences(found: dict[str, Any], expected: dict[str, Any]) -> str:
+    """Where two :func:`_snapshot` results differ: each differing reader method (and probed id), both values."""
+    parts = []
+    for name in [*expected, *(name for name in found if name not in expected)]:
+        got, want = found.get(name), expected.get(name)
+        if got == want:
+            continue
+        if isinstance(got, dict) and isinstance(want, dict):
+            parts += [
+                f"{name}[{key!r}]: found {_shown(got.get(key))}, expected {_shown(want.get(key))}"
+                for key in [*want, *(key for key in got if key not in want)]
+                if got.get(key) != want.get(key)
+            ]
+        else:
+            parts.append(f"{name}: found {_shown(got)}, expected {_shown(want)}")
+    return "they differ at " + "; ".join(parts)
+
+
+def _same_snapshot(found: dict[str, Any], expected: dict[str, Any], what: str) -> None:
+    """Assert that two :func:`_snapshot` results are equal; the message names ``what`` and the differences."""
+    assert found == expected, f"{what}: {_differences(found, expected)}"
+
+
+def _eligibility_mismatch(
+    found: list[EligibleDocument],
+    expected: list[EligibleDocument],
+    entries: dict[str, IndexEntry],
+    *,
+    valid_as_of: int,
+    now_ms: int,
+) -> str:
+    """What ``eligible_documents`` got wrong at these instants: records kept or dropped wrongly, with their rows."""
+    kept = {item.record_id for item in found}
+    wanted = {item.record_id for item in expected}
+    rows = {entry.record_id: entry for entry in entries.values()}
+
+    def described(record_ids: set[str]) -> str:
+        return ", ".join(f"{record_id} ({_shown(rows.get(record_id))})" for record_id in sorted(record_ids))
+
+    parts = [f"eligible_documents(valid_as_of={valid_as_of}, now_ms={now_ms}) disagrees with the read rule"]
+    if kept - wanted:
+        parts.append(f"kept what the rule drops: {described(kept - wanted)}")
+    if wanted - kept:
+        parts.append(f"dropped what the rule keeps: {described(wanted - kept)}")
+    if kept == wanted:
+        parts.append(f"the same records, but not the same documents once each: {_shown(sorted(found))}")
+    return "; ".join(parts)
+
+
+_LONG_JOURNAL = 2_500
+"""Events of the long-journal test, appended in ``_LONG_UNITS`` units: far more than any page size."""
+_LONG_UNITS = 5
+
+_TERMS = (
+    *("alphabet", "alphabets", "alphabetical"),
+    *("café", "cafe", "caf", "naïve", "naive"),
+    *("straße", "strasse", "ﬁle", "file", "ｆｉｌｅ"),
+    *("東京タワー", "東京", "大阪城", "서울", "москва", "αλφάβητο", "سلام", "שלום", "٣٤٥", "_under_score"),
+)
+"""Indexed terms that differ only in a suffix, in non-ASCII characters, by case folding or compatibility
+(NFKC) forms, or in script. Each is a token the service can hand over (``tokenize(term) == [term]``)."""
+_UNINDEXED_TERMS = (
+    *("alphabe", "alphabetic", "alphabetically", "cafè", "cafés", "café_", "straß", "fil", "ﬁ"),
+    *("東京タ", "東", "서", "москв", "αλφα", "٣٤"),
+)
+"""Terms nobody indexed, each sharing a prefix, or its ASCII letters, with an indexed one."""
+
+
+def _term_documents() -> list[IndexedDocument]:
+    """One document per term of ``_TERMS``, and one holding them all, each term with frequencies of its own."""
+    single = [_document(f"mem_term{index:02d}", {term: _freq(primary=index + 1)}) for index, term in enumerate(_TERMS)]
+    together: dict[str, tuple[int, ...]] = {}
+    for index, term in enumerate(_TERMS):
+        frequencies = [0] * len(FIELDS)
+        frequencies[index % len(FIELDS)] = index // len(FIELDS) + 1
+        together[term] = tuple(frequencies)
+    return [*single, _document("mem_terms", together)]
+
+
+def _check_index(reader: StoreReader, documents: Iterable[IndexedDocument], terms: Iterable[str]) -> None:
+    """``postings`` and ``term_postings`` (resolved by ``index_entries``) of each term are those of ``documents``.
+
+    ``documents`` are exactly the scope's indexed documents, each with its record row. Every document
+    has one key, the same under every term, and no key names two documents.
+    """
+    documents = list(documents)
+    names: dict[str, set[str]] = {}
+    for term in terms:
+        holding = sorted((d for d in documents if term in d.terms), key=lambda d: d.record_id)
+        postings = [(p.record_id, p.frequencies, p.lengths) for p in reader.postings(term)]
+        assert postings == [(d.record_id, d.terms[term], d.lengths) for d in holding], (
+            f"postings({term!r}) are not those of the documents holding {term!r}, with their frequencies"
+            f" (a store that keys terms by a prefix, a case or compatibility form, or an encoding that drops"
+            f" characters mixes distinct terms): found {_shown(postings, 600)}"
+        )
+        resolved = [(record_id, occurrence) for record_id, occurrence, _ in _resolved(reader, term)]
+        assert resolved == [(d.record_id, occurrence_key(d.terms[term], d.lengths)) for d in holding], (
+            f"term_postings({term!r}), resolved by index_entries, is not the documents holding {term!r}:"
+            f" found (record id, occurrence key) {_shown(resolved, 600)}"
+        )
+        for key in reader.term_postings(term)[0]:
+            names.setdefault(key, set()).update(entry.record_id for entry in reader.index_entries([key]).values())
+    shared = {key: sorted(ids) for key, ids in names.items() if len(ids) > 1}
+    assert not shared, f"document keys that name several documents: {shared}"
+    keys_of: dict[str, list[str]] = {}
+    for key, ids in names.items():
+        for record_id in ids:
+            keys_of.setdefault(record_id, []).append(key)
+    several = {record_id: keys for record_id, keys in keys_of.items() if len(keys) > 1}
+    assert not several, f"documents with several keys in one view: {several}"
+
+
+def _check_long_journal(reader: StoreReader, appended: list[JournalEvent]) -> None:
+    """``events()`` and ``events(after=k)`` give the whole journal ``appended``, whatever its length."""
+    total = len(appended)
+    for after in (0, 1, total - 1, total, total + 5):
+        cursors = [event.cursor for event in reader.events(after=after)]
+        assert cursors == list(range(after + 1, total + 1)), (
+            f"events(after={after}) of a journal of {total} events gave {len(cursors)} events"
+            f" (cursors {cursors[:3]}...{cursors[-3:]}), not cursors {after + 1}..{total} in order"
+        )
+    assert list(reader.events()) == appended, "events() are not the appended events"
+    assert reader.high_water() == total
+    assert reader.last_event_digest() == appended[-1].event_digest
+
+
+_CLOSE_WAIT = 1.0
+"""Seconds the kit waits for ``close`` on another thread before using a view or unit that is open (a store's
+``close`` may wait for them to end); a store whose ``close`` returns at once costs no wait."""
+
+
+class _Closer:
+    """``store.close()`` on a thread of its own, started at once; returns once it closed or ``_CLOSE_WAIT`` passed."""
+
+    def __init__(self, store: Store) -> None:
+        self.raised: list[BaseException] = []
+        self._thread = threading.Thread(target=self._close, args=(store,), daemon=True)
+        self._thread.start()
+        self._thread.join(_CLOSE_WAIT)
+
+    def _close(self, store: Store) -> None:
+        try:
+            store.close()
+        except BaseException as exc:  # noqa: BLE001 - reported by finish
+            self.raised.append(exc)
+
+    def finish(self) -> None:
+        """Wait for ``close`` (the view or unit has ended) and check it raised nothing."""
+        self._thread.join(10 * _CLOSE_WAIT)
+        assert not self._thread.is_alive(), "close did not return once the open view or unit had ended"
+        assert self.raised == [], f"close raised {self.raised[0]!r}"
 
 
 _THREADS = 4
@@ -397,34 +577,48 @@ class StoreConformance:
         """Opens another store over the same data as ``store`` (only used when it persists)."""
         raise NotImplementedError("override reopen when persists_across_reopen is True")
 
+    @pytest.fixture
+    def term_traces(self) -> TermTraces | None:
+        """Capability (:data:`TermTraces`): enables the checks that ``unindex`` leaves nothing of a term behind.
+
+        ``None`` (the default) skips them. A store keeping terms only as keys of its postings is
+        covered by the postings checks; one keeping digests or empty lists under a term should bind it.
+        """
+        return None
+
     # ------------------------------------------------------------------ empty store
 
     def test_an_empty_scope_reads_as_empty(self, store: Store) -> None:
         """A scope nobody wrote to has no events, rows, index entries or doomed keys."""
         with store.read(SCOPE_A) as reader:
             snap = _snapshot(reader)
-        assert snap["high_water"] == 0
-        assert snap["last_event_digest"] is None
-        assert snap["events"] == []
-        assert all(value is None for value in snap["idempotency"].values())
-        assert all(value is None for value in snap["candidate"].values())
-        assert all(value is None for value in snap["record"].values())
-        assert snap["candidates"] == []
-        assert snap["records"] == []
-        assert not any(snap["tombstoned"].values())
-        assert not any(snap["confirmations"].values())
-        assert snap["index_stats"].documents == 0
-        assert tuple(snap["index_stats"].total_lengths) == (0,) * len(FIELDS)
-        assert all(postings == [] for postings in snap["postings"].values())
-        assert all(postings == [] for postings in snap["term_postings"].values())
-        assert snap["indexed_ids"] == []
-        assert snap["doomed_keys"] == []
-        assert store.scopes() == []
+        empty = {
+            "high_water": 0,
+            "last_event_digest": None,
+            "events": [],
+            "idempotency": dict.fromkeys(_PROBE_TAGS),
+            "candidate": dict.fromkeys(_PROBE_TAGS),
+            "record": dict.fromkeys(_PROBE_TAGS),
+            "candidates": [],
+            "records": [],
+            "tombstoned": dict.fromkeys(_PROBE_TAGS, False),
+            "confirmations": dict.fromkeys(_PROBE_TAGS, False),
+            "index_stats": snap["index_stats"],
+            "postings": {term: [] for term in snap["postings"]},
+            "term_postings": {term: [] for term in snap["term_postings"]},
+            "eligible_documents": [],
+            "indexed_ids": [],
+            "doomed_keys": [],
+        }
+        _same_snapshot(snap, empty, "a scope nobody wrote to does not read as empty")
+        stats = snap["index_stats"]
+        assert (stats.documents, tuple(stats.total_lengths)) == (0, (0,) * len(FIELDS)), f"index_stats: {stats}"
+        assert store.scopes() == [], "scopes() of an empty store"
 
     def test_secret_is_32_stable_bytes(self, store: Store) -> None:
         """The per-store MAC secret is 32 bytes and the same on every call."""
-        assert len(store.secret()) == 32
-        assert store.secret() == store.secret()
+        assert len(store.secret()) == 32, "secret() is 32 bytes"
+        assert store.secret() == store.secret(), "secret() is the same on every call"
 
     def test_close_is_idempotent(
         self, store: Store, persists_across_reopen: bool, request: pytest.FixtureRequest
@@ -438,7 +632,7 @@ class StoreConformance:
         again = request.getfixturevalue("reopen")()
         try:
             with again.read(SCOPE_A) as reader:
-                assert _snapshot(reader) == before
+                _same_snapshot(_snapshot(reader), before, "a reopened store reads what the closed one committed")
         finally:
             again.close()
 
@@ -458,7 +652,7 @@ class StoreConformance:
             except StoreUnavailableError:
                 pass
             else:
-                assert _snapshot(reader) == before, "a closed store that still reads reads what it held"
+                _same_snapshot(_snapshot(reader), before, "a closed store that still reads reads what it held")
         with suppress(StoreUnavailableError):
             assert store.scopes() == [SCOPE_A]
         with suppress(StoreUnavailableError):
@@ -475,6 +669,73 @@ class StoreConformance:
                 return
             assert _snapshot(reader)["candidate"]["b"] == _candidate("candidate-b"), "an acknowledged write is lost"
 
+    def test_a_view_open_when_another_thread_closes_the_store_works_or_is_unavailable(self, store: Store) -> None:
+        """A view open while another thread closes the store: each method answers as before or is unavailable.
+
+        ``close`` runs on another thread while this one has a view open (the kit waits up to
+        ``_CLOSE_WAIT`` seconds for it, as a store may make ``close`` wait for open views). Each
+        reader method of the view then answers what it did before the close or raises
+        StoreUnavailableError (never a driver's error), and ``close`` returns once the view ended.
+        """
+        before = _populated(store)
+        with store.read(SCOPE_A) as reader:
+            closer = _Closer(store)
+            for name, read in _reads(reader).items():
+                try:
+                    found = read()
+                except StoreUnavailableError:
+                    continue
+                except Exception as exc:  # noqa: BLE001 - reported as the failure
+                    pytest.fail(
+                        f"{name} of a view open when the store closed raised {exc!r}: only StoreUnavailableError"
+                    )
+                assert found == before[name], f"{name} of a view open when the store closed: {_shown(found)}"
+        closer.finish()
+
+    def test_a_unit_open_when_another_thread_closes_the_store_commits_whole_or_is_unavailable(
+        self, store: Store, persists_across_reopen: bool, request: pytest.FixtureRequest
+    ) -> None:
+        """A unit open while another thread closes the store commits whole, or raises StoreUnavailableError.
+
+        ``close`` runs on another thread while this one has a unit open (waited for as for a view);
+        the unit then writes one of everything and its block ends. Its writes and its end raise
+        StoreUnavailableError (or StoreOutcomeUnknownError) or nothing, never another exception.
+        With ``persists_across_reopen`` a reopened store holds all of the unit's writes if its block
+        ended without an exception and none if it raised StoreUnavailableError.
+        """
+        before = _populated(store)
+        outcome, closer = "acknowledged", None
+        try:
+            with store.write(SCOPE_A) as unit:
+                closer = _Closer(store)
+                _populate(unit, "b")
+        except StoreUnavailableError:
+            outcome = "refused"
+        except StoreOutcomeUnknownError:
+            outcome = "unknown"
+        except Exception as exc:  # noqa: BLE001 - reported as the failure
+            pytest.fail(f"a unit open when the store closed raised {exc!r}, not StoreUnavailableError")
+        assert closer is not None, "a unit of an open store was refused"
+        closer.finish()
+        if not persists_across_reopen:
+            return
+        again: Store = request.getfixturevalue("reopen")()
+        try:
+            with again.read(SCOPE_A) as reader:
+                found = _snapshot(reader)
+            if found["high_water"] == 1 and outcome != "acknowledged":
+                _same_snapshot(found, before, "a unit refused when the store closed left some of its writes")
+                return
+            assert outcome != "refused", "a unit that raised StoreUnavailableError when the store closed committed"
+            with again.write(SCOPE_C) as unit:  # the same two units, made in another scope
+                _populate(unit, "a")
+            with again.write(SCOPE_C) as unit:
+                _populate(unit, "b")
+            with again.read(SCOPE_C) as reader:
+                _same_snapshot(found, _snapshot(reader), "a unit acknowledged when the store closed is not all there")
+        finally:
+            again.close()
+
     # ------------------------------------------------------------------ journal
 
     def test_events_come_back_in_cursor_order(self, store: Store) -> None:
@@ -484,20 +745,48 @@ class StoreConformance:
             with store.write(SCOPE_A) as unit:
                 appended.append(_append(unit))
         with store.read(SCOPE_A) as reader:
-            assert [e.cursor for e in reader.events()] == [1, 2, 3]
-            assert list(reader.events()) == appended
-            assert list(reader.events(after=1)) == appended[1:]
-            assert list(reader.events(after=3)) == []
-            assert reader.high_water() == 3
-            assert reader.last_event_digest() == appended[-1].event_digest
+            assert [e.cursor for e in reader.events()] == [1, 2, 3], "events() in cursor order, from 1"
+            assert list(reader.events()) == appended, "events() are the appended events, unchanged"
+            assert list(reader.events(after=1)) == appended[1:], "events(after=1) are those with cursor > 1"
+            assert list(reader.events(after=3)) == [], "events(after=high_water) is empty"
+            assert reader.high_water() == 3, "high_water() is the last cursor"
+            assert reader.last_event_digest() == appended[-1].event_digest, "last_event_digest() is the last event's"
+
+    def test_a_long_journal_comes_back_whole(
+        self, store: Store, persists_across_reopen: bool, request: pytest.FixtureRequest
+    ) -> None:
+        """2,500 events appended in five units come back whole, from any cursor.
+
+        ``events()`` is cursors 1..N in order, and ``events(after=k)`` is k+1..N for k in 0, 1,
+        N-1, N and N+5: a store that reads the journal in pages follows every page. With
+        ``persists_across_reopen`` the same holds after reopening.
+        """
+        appended: list[JournalEvent] = []
+        for _ in range(_LONG_UNITS):
+            with store.write(SCOPE_A) as unit:
+                for _ in range(_LONG_JOURNAL // _LONG_UNITS):
+                    appended.append(_tagged_event(len(appended) + 1, f"long{len(appended) + 1}"))
+                    unit.append_event(appended[-1])
+                assert unit.high_water() == len(appended)
+        with store.read(SCOPE_A) as reader:
+            _check_long_journal(reader, appended)
+        if not persists_across_reopen:
+            return
+        store.close()
+        again: Store = request.getfixturevalue("reopen")()
+        try:
+            with again.read(SCOPE_A) as reader:
+                _check_long_journal(reader, appended)
+        finally:
+            again.close()
 
     def test_several_events_in_one_unit(self, store: Store) -> None:
         """A unit may append several consecutive events; its reads see them before commit."""
         with store.write(SCOPE_A) as unit:
             _append(unit)
             second = _append(unit)
-            assert unit.high_water() == 2
-            assert unit.last_event_digest() == second.event_digest
+            assert unit.high_water() == 2, "a unit reads its own appended events"
+            assert unit.last_event_digest() == second.event_digest, "a unit reads its own last event digest"
         with store.read(SCOPE_A) as reader:
             assert reader.high_water() == 2
 
@@ -540,17 +829,24 @@ class StoreConformance:
             _populate(unit, "a")
             inside = _snapshot(unit)
         with store.read(SCOPE_A) as reader:
-            assert _snapshot(reader) == inside
-        assert inside["high_water"] == 1
-        assert inside["candidate"]["a"] == _candidate("candidate-a")
-        assert inside["record"]["a"] == _record("mem_a")
-        assert inside["tombstoned"]["a"] is True
-        assert inside["confirmations"]["a"] is True
-        assert inside["indexed_ids"] == ["mem_a"]
-        assert inside["doomed_keys"] == ["key_doomed_a"]
+            _same_snapshot(_snapshot(reader), inside, "after its commit a unit's writes read as inside it")
+        written = {
+            "high_water": 1,
+            "candidate": _candidate("candidate-a"),
+            "record": _record("mem_a"),
+            "tombstoned": True,
+            "confirmations": True,
+            "indexed_ids": ["mem_a"],
+            "doomed_keys": ["key_doomed_a"],
+        }
+        read = {name: inside[name]["a"] if isinstance(inside[name], dict) else inside[name] for name in written}
+        assert read == written, f"a unit does not read its own writes: {_differences(read, written)}"
 
-    def test_an_exception_rolls_back_every_write(self, store: Store) -> None:
-        """An exception inside the unit undoes events, rows, index, idempotency and the rest."""
+    def test_an_exception_rolls_back_every_write(self, store: Store, term_traces: TermTraces | None) -> None:
+        """An exception inside the unit undoes events, rows, index, idempotency and the rest.
+
+        With the ``term_traces`` capability, nothing remains of the terms the unit indexed.
+        """
         before = _populated(store)
 
         def doomed(unit: UnitOfWork) -> None:
@@ -567,7 +863,10 @@ class StoreConformance:
         with pytest.raises(_AbortUnitError):
             _run_unit(store, SCOPE_A, doomed)
         with store.read(SCOPE_A) as reader:
-            assert _snapshot(reader) == before
+            _same_snapshot(_snapshot(reader), before, "an exception inside a unit left some of its writes")
+        if term_traces is not None:
+            left = [term for term in ("wordb", "fresh") if term_traces(store, SCOPE_A, term)]
+            assert not left, f"terms indexed by a unit that rolled back left traces: {left}"
 
     def test_a_conflict_rolls_back_the_whole_unit(self, store: Store) -> None:
         """A StoreConflictError raised by the port leaves none of the unit's earlier writes."""
@@ -582,7 +881,7 @@ class StoreConformance:
         with pytest.raises(StoreConflictError):
             _run_unit(store, SCOPE_A, conflicting)
         with store.read(SCOPE_A) as reader:
-            assert _snapshot(reader) == before
+            _same_snapshot(_snapshot(reader), before, "a StoreConflictError left some of the unit's earlier writes")
 
     def test_a_rolled_back_first_unit_leaves_no_scope(self, store: Store) -> None:
         """A scope whose only unit rolled back is not listed and still reads as empty."""
@@ -597,17 +896,18 @@ class StoreConformance:
             _run_unit(store, SCOPE_A, doomed)
         assert store.scopes() == []
         with store.read(SCOPE_A) as reader:
-            assert _snapshot(reader) == empty
+            _same_snapshot(_snapshot(reader), empty, "a scope whose only unit rolled back reads as empty")
 
     def test_a_unit_opened_inside_an_open_unit_of_the_thread_never_commits(self, store: Store) -> None:
         """A unit opened while the same thread has one open raises StoreUnavailableError and leaves nothing.
 
         Inside an open unit the thread opens a unit of the same scope, then one of another scope,
         each writing one of everything and changing the outer unit's rows: both must raise
-        StoreUnavailableError (from the ``with`` statement, a write or the end of the block; the
-        kit does not say when). The outer unit catches the errors, writes on and commits: its scope
-        then reads exactly as the same writes made without nesting (in a third scope), the other
-        scope reads as empty, and the thread opens units again once the outer one has ended.
+        StoreUnavailableError, from the ``with`` statement (at once, or after the store's timeout),
+        from one of the unit's methods or when the block ends, as :meth:`Store.write` allows. The
+        outer unit catches the errors, writes on and commits: its scope then reads exactly as the
+        same writes made without nesting (in a third scope), the other scope reads as empty, and
+        the thread opens units again once the outer one has ended.
         """
         with store.read(SCOPE_B) as reader:
             empty = _snapshot(reader)
@@ -635,15 +935,33 @@ class StoreConformance:
                     refused.append(scope)
             after_nesting(outer)
         assert refused == [SCOPE_A, SCOPE_B], "a unit opened inside an open unit must raise StoreUnavailableError"
-        with store.write(SCOPE_C) as control:  # the outer unit's own writes, nothing nested
-            before_nesting(control)
-            after_nesting(control)
+        try:
+            with store.write(SCOPE_C) as control:  # the outer unit's own writes, nothing nested
+                before_nesting(control)
+                after_nesting(control)
+        except StoreConflictError as exc:
+            pytest.fail(
+                f"a unit of scope C conflicts with what the outer unit wrote in scope A ({exc!r}): a reader or"
+                f" unit method is not scope-isolated (test_every_reader_method_is_scope_isolated checks that alone)"
+            )
         with store.read(SCOPE_A) as reader:
             committed = _snapshot(reader)
         with store.read(SCOPE_C) as reader:
-            assert committed == _snapshot(reader), "the outer unit commits its own writes and nothing nested"
+            _same_snapshot(
+                committed,
+                _snapshot(reader),
+                "scope A, where units were nested, does not read as scope C, where the outer unit's writes were made"
+                " alone: either the outer unit lost writes or kept a nested unit's, or a reader method mixes scopes"
+                " (test_every_reader_method_is_scope_isolated checks that alone; here 'found' is A, 'expected' is C)",
+            )
         with store.read(SCOPE_B) as reader:
-            assert _snapshot(reader) == empty, "nothing of a nested unit of another scope remains"
+            _same_snapshot(
+                _snapshot(reader),
+                empty,
+                "scope B shows data after its nested unit was refused: either the nested unit left writes, or a"
+                " reader method of scope B sees another scope's data (test_every_reader_method_is_scope_isolated"
+                " checks that alone)",
+            )
         assert store.scopes() == sorted([SCOPE_A, SCOPE_C])
         with store.write(SCOPE_B) as unit:
             _append(unit)
@@ -661,7 +979,7 @@ class StoreConformance:
         with pytest.raises(StoreConflictError), store.write(SCOPE_A) as unit:
             unit.put_idempotency("principal-1", "key-a", second)
         with store.read(SCOPE_A) as reader:
-            assert reader.idempotency("principal-1", "key-a") == first
+            assert reader.idempotency("principal-1", "key-a") == first, "a refused binding replaced the first one"
 
     def test_an_idempotency_binding_conflicts_within_one_unit(self, store: Store) -> None:
         """A second binding of the same pair inside one unit conflicts too."""
@@ -674,7 +992,7 @@ class StoreConformance:
         with pytest.raises(StoreConflictError):
             _run_unit(store, SCOPE_A, twice)
         with store.read(SCOPE_A) as reader:
-            assert reader.idempotency("principal-1", "key-a") is None
+            assert reader.idempotency("principal-1", "key-a") is None, "a unit that conflicted left its binding"
 
     def test_only_a_provisional_binding_is_settled_and_only_by_its_intent(self, store: Store) -> None:
         """An empty response binds provisionally: the same intent may replace it, nothing else may."""
@@ -721,9 +1039,9 @@ class StoreConformance:
                 unit.put_idempotency(principal, "key-shared", row)
         for (scope, principal), row in rows.items():
             with store.read(scope) as reader:
-                assert reader.idempotency(principal, "key-shared") == row
+                assert reader.idempotency(principal, "key-shared") == row, f"the binding of {principal} in {scope}"
         with store.read(SCOPE_B) as reader:
-            assert reader.idempotency("principal-2", "key-shared") is None
+            assert reader.idempotency("principal-2", "key-shared") is None, "a binding of another scope shows"
 
     def test_a_confirmation_is_consumed_once(self, store: Store) -> None:
         """Consuming a used confirmation id conflicts; the id stays used."""
@@ -732,9 +1050,69 @@ class StoreConformance:
         with pytest.raises(StoreConflictError), store.write(SCOPE_A) as unit:
             unit.consume_confirmation("confirmation-1")
         with store.read(SCOPE_A) as reader:
-            assert reader.confirmation_used("confirmation-1")
+            assert reader.confirmation_used("confirmation-1"), "a consumed confirmation reads as unused"
         with store.read(SCOPE_B) as reader:
-            assert not reader.confirmation_used("confirmation-1")
+            assert not reader.confirmation_used("confirmation-1"), "a confirmation of another scope reads as used"
+
+    def test_idempotency_keys_and_principals_are_compared_exactly(self, store: Store) -> None:
+        """A binding is found only by its exact (principal, key): case, padding and concatenation are other pairs.
+
+        Keys ``k``, ``k.upper()``, ``k.lower()`` and ``k + " "`` bind independently (idempotency keys are
+        free strings: a case-insensitive or PAD SPACE collation merges them), as do (``p``, ``"x:" + k``)
+        and (``p + ":x"``, ``k``), which a store keying bindings by ``principal + ":" + key`` merges.
+        """
+        key, principal = "Key-Exact-0001", "principal-1"
+        pairs = [
+            *((principal, spelling) for spelling in (key, key.upper(), key.lower(), key + " ")),
+            (principal, "x:" + key),
+            (principal + ":x", key),
+        ]
+        rows = {
+            pair: IdempotencyRow(intent_digest=_digest(f"pair{index}"), response=f'{{"n":{index}}}'.encode())
+            for index, pair in enumerate(pairs)
+        }
+        for bound, pair in enumerate(pairs):
+            with store.read(SCOPE_A) as reader:
+                found = reader.idempotency(*pair)
+            assert found is None, f"{pair!r} reads as bound once {pairs[:bound]!r} are: {found!r}"
+            try:
+                with store.write(SCOPE_A) as unit:
+                    unit.put_idempotency(*pair, rows[pair])
+            except StoreConflictError:
+                pytest.fail(f"binding {pair!r} conflicts with one of {pairs[:bound]!r}: keys are compared inexactly")
+        with store.read(SCOPE_A) as reader:
+            found_rows = {pair: reader.idempotency(*pair) for pair in pairs}
+        assert found_rows == rows, "each (principal, key) reads back its own row"
+
+    def test_confirmation_ids_are_compared_exactly(self, store: Store) -> None:
+        """A confirmation id is used only as spelled: its case and padded forms are other, unused ids."""
+        used = "Confirmation-Exact-0001"
+        others = [used.upper(), used.lower(), used + " ", " " + used]
+        with store.write(SCOPE_A) as unit:
+            unit.consume_confirmation(used)
+        with store.read(SCOPE_A) as reader:
+            wrongly_used = [other for other in others if reader.confirmation_used(other)]
+        assert not wrongly_used, f"ids read as used once only {used!r} was: {wrongly_used!r}"
+        for other in others:
+            try:
+                with store.write(SCOPE_A) as unit:
+                    unit.consume_confirmation(other)
+            except StoreConflictError:
+                pytest.fail(f"consuming {other!r} conflicts: ids are compared inexactly")
+        with store.read(SCOPE_A) as reader:
+            assert all(reader.confirmation_used(each) for each in (used, *others))
+
+    def test_row_ids_are_compared_exactly(self, store: Store) -> None:
+        """``candidate`` and ``record`` find a row only by its exact id: another case or padding is unknown."""
+        with store.write(SCOPE_A) as unit:
+            unit.put_candidate(_candidate("candidate-a"))
+            unit.put_record(_record("mem_a"))
+        with store.read(SCOPE_A) as reader:
+            found = {
+                spelling: (reader.candidate(f"candidate-{spelling}"), reader.record(f"mem_{spelling}"))
+                for spelling in ("A", "a ", " a")
+            }
+        assert all(rows == (None, None) for rows in found.values()), f"rows found under other ids: {found}"
 
     # ------------------------------------------------------------------ rows
 
@@ -748,10 +1126,11 @@ class StoreConformance:
             unit.put_candidate(_candidate("candidate-b", state="withdrawn"))
             unit.put_record(_record("mem_b", state="tombstoned"))
         with store.read(SCOPE_A) as reader:
-            assert [c.candidate_id for c in reader.candidates()] == ["candidate-a", "candidate-b", "candidate-c"]
-            assert [r.record_id for r in reader.records()] == ["mem_a", "mem_b", "mem_c"]
-            assert reader.candidate("candidate-b") == _candidate("candidate-b", state="withdrawn")
-            assert reader.record("mem_b") == _record("mem_b", state="tombstoned")
+            ids = [c.candidate_id for c in reader.candidates()]
+            assert ids == ["candidate-a", "candidate-b", "candidate-c"], "candidates() once each, ordered by id"
+            assert [r.record_id for r in reader.records()] == ["mem_a", "mem_b", "mem_c"], "records(): each, by id"
+            assert reader.candidate("candidate-b") == _candidate("candidate-b", state="withdrawn"), "not replaced"
+            assert reader.record("mem_b") == _record("mem_b", state="tombstoned"), "put_record did not replace"
 
     def test_a_candidate_row_round_trips_every_field(self, store: Store) -> None:
         """Optional fields (record id, outcome bytes) and the sealed envelope come back equal."""
@@ -770,7 +1149,7 @@ class StoreConformance:
             unit.put_candidate(admitted)
             unit.put_candidate(_candidate("candidate-b"))
         with store.read(SCOPE_A) as reader:
-            assert reader.candidate("candidate-a") == admitted
+            assert reader.candidate("candidate-a") == admitted, "a candidate row does not round-trip"
             pending = reader.candidate("candidate-b")
         assert pending is not None
         assert pending.sealed == _sealed("candidate-b")
@@ -790,12 +1169,12 @@ class StoreConformance:
             unit.doom_key("key_b")
             unit.doom_key("key_a")
         with store.read(SCOPE_A) as reader:
-            assert reader.doomed_keys() == ["key_a", "key_b"]
+            assert reader.doomed_keys() == ["key_a", "key_b"], "doomed_keys(): each key once, sorted"
         for _ in range(2):
             with store.write(SCOPE_A) as unit:
                 unit.clear_doomed_key("key_a")
         with store.read(SCOPE_A) as reader:
-            assert reader.doomed_keys() == ["key_b"]
+            assert reader.doomed_keys() == ["key_b"], "clear_doomed_key clears that key only"
 
     # ------------------------------------------------------------------ isolation
 
@@ -811,13 +1190,13 @@ class StoreConformance:
         assert full != empty
         for other in (SCOPE_B, SCOPE_C):
             with store.read(other) as reader:
-                assert _snapshot(reader) == empty
+                _same_snapshot(_snapshot(reader), empty, "scope A's data shows through a reader of another scope")
         with store.write(SCOPE_B) as unit:
             _populate(unit, "a")
         with store.read(SCOPE_A) as reader:
-            assert _snapshot(reader) == full
+            _same_snapshot(_snapshot(reader), full, "writing scope B changed what scope A reads")
         with store.read(SCOPE_C) as reader:
-            assert _snapshot(reader) == empty
+            _same_snapshot(_snapshot(reader), empty, "scope A's or B's data shows through a reader method of scope C")
 
     # ------------------------------------------------------------------ index
 
@@ -833,11 +1212,11 @@ class StoreConformance:
                 unit.index_document(document)
         with store.read(SCOPE_A) as reader:
             stats = reader.index_stats()
-            assert stats.documents == 3
+            assert stats.documents == 3, f"index_stats().documents of 3 indexed documents: {stats}"
             assert tuple(stats.total_lengths) == tuple(
                 sum(d.lengths[position] for d in documents) for position in range(len(FIELDS))
             )
-            assert list(reader.indexed_ids()) == ["mem_a", "mem_b", "mem_c"]
+            assert list(reader.indexed_ids()) == ["mem_a", "mem_b", "mem_c"], "indexed_ids(): each, sorted"
             assert list(reader.postings("alpha")) == [
                 Posting(
                     record_id="mem_a",
@@ -856,8 +1235,37 @@ class StoreConformance:
                     expires_at_ms=None,
                 ),
             ]
-            assert [p.record_id for p in reader.postings("gamma")] == ["mem_c"]
-            assert list(reader.postings("absent")) == []
+            assert [p.record_id for p in reader.postings("gamma")] == ["mem_c"], "postings('gamma')"
+            assert list(reader.postings("absent")) == [], "postings of a term nobody indexed"
+
+    def test_distinct_terms_never_share_postings(self, store: Store) -> None:
+        """Terms differing only in a suffix, in non-ASCII characters, in script or form have postings of their own.
+
+        Terms are what the service's tokenizer makes of NFC text: lower-cased runs of letters,
+        digits and ``_``, in any script (``engram_memory.ranking.tokenizer``); the kit uses only
+        such tokens. Text is NFC-normalised before it is tokenized, so a decomposed (NFD) spelling
+        of "café" never reaches the store, and the kit does not test how a store compares one
+        (exactly, as every other term, is the rule). "alphabet"/"alphabets"/"alphabetical",
+        "café"/"cafe"/"caf", "straße"/"strasse", "ﬁle"/"file"/"ｆｉｌｅ" and words of several scripts
+        are each indexed alone and all together (each with frequencies of its own): ``postings(t)``
+        and ``term_postings(t)`` hold exactly the documents containing ``t``, with ``t``'s
+        frequencies. Terms nobody indexed that share a prefix with an indexed one ("alphabetic",
+        "東京タ", "cafè", "straß") have no postings.
+        """
+        assert all(tokenize(term) == [term] for term in (*_TERMS, *_UNINDEXED_TERMS)), "the kit's own terms"
+        documents = _term_documents()
+        with store.write(SCOPE_A) as unit:
+            _index_with_rows(unit, documents)
+        with store.read(SCOPE_A) as reader:
+            _check_index(reader, documents, _TERMS)
+            for term in _UNINDEXED_TERMS:
+                postings = [p.record_id for p in reader.postings(term)]
+                assert postings == [], f"postings({term!r}) of a term nobody indexed: {postings}"
+                keys, occurrences = reader.term_postings(term)
+                assert (list(keys), list(occurrences)) == ([], []), (
+                    f"term_postings({term!r}) of a term nobody indexed: {list(keys)}"
+                )
+            assert reader.index_stats().documents == len(documents)
 
     def test_term_postings_are_the_postings_by_document_key(self, store: Store) -> None:
         """``term_postings`` resolved by ``index_entries`` says what ``postings`` says, term by term."""
@@ -873,9 +1281,11 @@ class StoreConformance:
             for term in ("alpha", "beta", "gamma", "absent"):
                 resolved = _resolved(reader, term)
                 postings = list(reader.postings(term))
-                assert [record_id for record_id, _, _ in resolved] == [p.record_id for p in postings]
+                assert [record_id for record_id, _, _ in resolved] == [p.record_id for p in postings], (
+                    f"term_postings({term!r}) resolved by index_entries names other records than postings({term!r})"
+                )
                 for (_, key, entry), posting in zip(resolved, postings, strict=True):
-                    assert key == occurrence_key(posting.frequencies, posting.lengths)
+                    assert key == occurrence_key(posting.frequencies, posting.lengths), f"occurrence key of {term!r}"
                     assert occurrence_fields(key)[0] == posting.frequencies
                     row = _row_of(next(d for d in documents if d.record_id == posting.record_id))
                     assert entry == IndexEntry(
@@ -1026,13 +1436,17 @@ class StoreConformance:
                         for key, entry in eligible_entries(entries.items(), valid_as_of=valid_as_of, now_ms=now_ms)
                     )
                     found = reader.eligible_documents(asked, valid_as_of=valid_as_of, now_ms=now_ms)
-                    assert sorted(found) == expected, (valid_as_of, now_ms)
-                    assert all(type(item) is EligibleDocument for item in found)
+                    assert sorted(found) == expected, _eligibility_mismatch(
+                        found, expected, entries, valid_as_of=valid_as_of, now_ms=now_ms
+                    )
+                    assert all(type(item) is EligibleDocument for item in found), (
+                        f"eligible_documents returns EligibleDocument values: {_shown(found)}"
+                    )
                     seen_kept.update(item.record_id for item in found)
             assert reader.eligible_documents([], valid_as_of=2_000, now_ms=0) == []
         assert seen_kept == {"mem_open", "mem_ends", "mem_starts_late", "mem_expires", "mem_all_times", "mem_a,b"}
         with store.read(SCOPE_B) as reader:
-            assert reader.eligible_documents(keys, valid_as_of=2_000, now_ms=0) == []
+            assert reader.eligible_documents(keys, valid_as_of=2_000, now_ms=0) == [], "scope A's documents"
 
     def test_index_keys_of_one_scope_resolve_in_no_other(self, store: Store) -> None:
         """Document keys read in scope A resolve to nothing in scopes B and C."""
@@ -1047,18 +1461,26 @@ class StoreConformance:
             with store.read(other) as reader:
                 assert reader.index_entries(keys) == {}
 
-    def test_reindexing_a_record_replaces_its_entry(self, store: Store) -> None:
-        """Indexing the same record again drops its old terms and does not double-count."""
+    def test_reindexing_a_record_replaces_its_entry(self, store: Store, term_traces: TermTraces | None) -> None:
+        """Indexing the same record again drops its old terms and does not double-count.
+
+        With the ``term_traces`` capability, nothing of the dropped term remains in the store.
+        """
         with store.write(SCOPE_A) as unit:
             unit.index_document(_document("mem_a", {"old": _freq(primary=3)}))
         replacement = _document("mem_a", {"new": _freq(context=2)})
         with store.write(SCOPE_A) as unit:
             unit.index_document(replacement)
         with store.read(SCOPE_A) as reader:
-            assert list(reader.postings("old")) == []
-            assert [p.record_id for p in reader.postings("new")] == ["mem_a"]
-            assert reader.index_stats().documents == 1
-            assert tuple(reader.index_stats().total_lengths) == replacement.lengths
+            assert list(reader.postings("old")) == [], "a re-indexed record keeps postings of its old terms"
+            assert [p.record_id for p in reader.postings("new")] == ["mem_a"], "postings of its new term"
+            stats = reader.index_stats()
+            assert (stats.documents, tuple(stats.total_lengths)) == (1, replacement.lengths), (
+                f"index_stats() count the re-indexed record once, with its new lengths: {stats}"
+            )
+        if term_traces is not None:
+            assert term_traces(store, SCOPE_A, "new"), "term_traces finds nothing of a term that is indexed"
+            assert not term_traces(store, SCOPE_A, "old"), "a term no document holds any more left a trace"
 
     def test_a_malformed_document_raises_and_its_unit_leaves_nothing(self, store: Store) -> None:
         """``index_document`` refuses a tuple without one entry per field; the unit rolls back whole."""
@@ -1076,7 +1498,7 @@ class StoreConformance:
             with pytest.raises(ValueError, match=r"."):
                 _run_unit(store, SCOPE_A, reindex)
             with store.read(SCOPE_A) as reader:
-                assert _snapshot(reader) == before
+                _same_snapshot(_snapshot(reader), before, "a malformed document's unit left some of its writes")
 
     def test_the_index_keeps_no_reference_to_the_callers_document(self, store: Store) -> None:
         """Changing an indexed document's terms afterwards changes nothing the store reports."""
@@ -1088,7 +1510,7 @@ class StoreConformance:
         terms["fresh"] = _freq(primary=9)
         del terms["shared"]
         with store.read(SCOPE_A) as reader:
-            assert _snapshot(reader) == before
+            _same_snapshot(_snapshot(reader), before, "changing an indexed document changed what the store reports")
 
     def test_a_view_or_unit_kept_past_its_block_is_unavailable(self, store: Store) -> None:
         """Use after the ``with`` block raises StoreUnavailableError and writes nothing."""
@@ -1104,10 +1526,14 @@ class StoreConformance:
         with pytest.raises(StoreUnavailableError):
             reader.high_water()
         with store.read(SCOPE_A) as again:
-            assert _snapshot(again) == before
+            _same_snapshot(_snapshot(again), before, "a view or unit kept past its block wrote something")
 
-    def test_unindex_purges_every_trace(self, store: Store) -> None:
-        """After ``unindex`` no posting, id or length of the record remains; absent ids are a no-op."""
+    def test_unindex_purges_every_trace(self, store: Store, term_traces: TermTraces | None) -> None:
+        """After ``unindex`` no posting, id or length of the record remains; absent ids are a no-op.
+
+        With the ``term_traces`` capability, nothing remains of a term only the record held (no
+        digest of it, no empty posting list), while a term another document holds is still there.
+        """
         kept = _document("mem_b", {"shared": _freq(primary=1)})
         with store.write(SCOPE_A) as unit:
             unit.index_document(_document("mem_a", {"shared": _freq(primary=2), "only": _freq(context=5)}))
@@ -1117,11 +1543,14 @@ class StoreConformance:
             unit.unindex("mem_a")
             unit.unindex("mem_never")
         with store.read(SCOPE_A) as reader:
-            assert list(reader.postings("only")) == []
-            assert [p.record_id for p in reader.postings("shared")] == ["mem_b"]
-            assert list(reader.indexed_ids()) == ["mem_b"]
-            assert reader.index_stats().documents == 1
-            assert tuple(reader.index_stats().total_lengths) == kept.lengths
+            assert list(reader.postings("only")) == [], "postings of a term only the unindexed record held"
+            assert [p.record_id for p in reader.postings("shared")] == ["mem_b"], "postings after unindex"
+            assert list(reader.indexed_ids()) == ["mem_b"], "indexed_ids() after unindex"
+            stats = reader.index_stats()
+            assert (stats.documents, tuple(stats.total_lengths)) == (1, kept.lengths), f"index_stats(): {stats}"
+        if term_traces is not None:
+            assert term_traces(store, SCOPE_A, "shared"), "term_traces finds nothing of a term that is indexed"
+            assert not term_traces(store, SCOPE_A, "only"), "a term only the unindexed record held left a trace"
 
     # ------------------------------------------------------------------ threads
 
@@ -1224,8 +1653,75 @@ class StoreConformance:
         again = reopen()
         try:
             with again.read(SCOPE_A) as reader:
-                assert _snapshot(reader) == before
+                _same_snapshot(_snapshot(reader), before, "a reopened store reads what the closed one committed")
             assert again.secret() == secret
             assert again.scopes() == [SCOPE_A]
         finally:
             again.close()
+
+    def test_the_secret_survives_reopening_without_a_commit(
+        self, store: Store, persists_across_reopen: bool, request: pytest.FixtureRequest
+    ) -> None:
+        """Capability ``persists_across_reopen``: ``secret()`` is the same after reopening, even with no write.
+
+        A store that only saves its secret with its first commit gives a new one after a reopen,
+        and every page cursor signed before it then fails.
+        """
+        if not persists_across_reopen:
+            pytest.skip("the backend does not persist across reopen")
+        secret = store.secret()
+        store.close()
+        again: Store = request.getfixturevalue("reopen")()
+        try:
+            assert again.secret() == secret, "a store reopened before any commit has another secret"
+        finally:
+            again.close()
+
+    def test_the_index_stays_consistent_when_written_after_reopening(
+        self, store: Store, persists_across_reopen: bool, request: pytest.FixtureRequest
+    ) -> None:
+        """Capability ``persists_across_reopen``: documents indexed, unindexed or re-indexed after a reopen.
+
+        After each reopen a new document is indexed, then one is unindexed and another re-indexed
+        with other terms: every term's ``postings`` and ``term_postings`` (resolved by
+        ``index_entries``) are then those of the documents indexed, old and new, and no document
+        key names two documents (a store whose document counter restarts on reopen hands out a
+        live document's key again).
+        """
+        if not persists_across_reopen:
+            pytest.skip("the backend does not persist across reopen")
+        documents = {
+            d.record_id: d
+            for d in (
+                _document("mem_a", {"shared": _freq(primary=1), "worda": _freq(context=2)}),
+                _document("mem_b", {"shared": _freq(decision=2), "wordb": _freq(primary=1)}),
+            )
+        }
+        terms = {"shared", "worda", "wordb"}
+        with store.write(SCOPE_A) as unit:
+            _index_with_rows(unit, documents.values())
+        store.close()
+        reopen: Callable[[], Store] = request.getfixturevalue("reopen")
+        for round_ in ("c", "d"):
+            again = reopen()
+            try:
+                added = _document(f"mem_{round_}", {"shared": _freq(evidence=3), f"word{round_}": _freq(primary=2)})
+                with again.write(SCOPE_A) as unit:
+                    _index_with_rows(unit, [added])
+                documents[added.record_id] = added
+                terms.update(added.terms)
+                with again.read(SCOPE_A) as reader:
+                    _check_index(reader, documents.values(), sorted(terms))
+                gone, changed = ("mem_a", "mem_b") if round_ == "c" else ("mem_c", "mem_d")
+                reindexed = _document(changed, {"shared": _freq(citations=1), f"new{round_}": _freq(context=4)})
+                with again.write(SCOPE_A) as unit:
+                    unit.unindex(gone)
+                    unit.index_document(reindexed)
+                del documents[gone]
+                documents[changed] = reindexed
+                terms.update(reindexed.terms)
+                with again.read(SCOPE_A) as reader:
+                    _check_index(reader, documents.values(), sorted(terms))
+                    assert list(reader.indexed_ids()) == sorted(documents)
+            finally:
+                again.close()
