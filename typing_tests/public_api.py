@@ -97,6 +97,9 @@ def host_maintenance(admin: MemoryAdmin) -> None:
     decided = admin.adjudicate(tenant_id="t", workspace_id="w", candidate_id="c", decision="accept")
     assert_type(decided, RequestAdmissionResult)
     assert_type(admin.reap_keys(), int)
+    assert_type(admin.pending_candidate(tenant_id="t", workspace_id="w", candidate_id="c"), PendingCandidate | None)
+    assert_type(MemoryAdmin.scope(tenant_id="t", workspace_id="w"), str)
+    admin.pending_candidate(tenant_id="t", workspace_id="w")  # type: ignore[call-arg]
     admin.adjudicate(tenant_id="t", workspace_id="w", candidate_id="c", decision="maybe")  # type: ignore[arg-type]
     admin.pending_candidates("t", "w")  # type: ignore[call-arg]
 
