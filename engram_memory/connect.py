@@ -35,9 +35,9 @@ def connect(
     """Open a memory service.
 
     * ``"memory:"`` — an in-memory store and key vault, gone when the process ends. For tests and
-      small scopes: every record lives as Python objects (about 80 that the garbage collector
-      tracks, per record), so at 100k records the process holds ~2.8 GB and one full garbage
-      collection pauses it for seconds. Use SQLite for anything large.
+      small scopes: every record lives as Python objects (about 12 that the garbage collector
+      tracks, per record), so at 100k records the process holds ~2.4 GB and one full garbage
+      collection pauses it for about a second. Use SQLite for anything large.
     * ``"sqlite:///relative/path.db"`` or ``"sqlite:////absolute/path.db"`` — the embedded default:
       a :class:`~engram_memory.stores.sqlite.SQLiteStore` at that path and, unless ``vault`` is
       given, a :class:`~engram_memory.keyvaults.sqlite.SQLiteKeyVault` beside it (``<path>.vault``)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 
 import pytest
@@ -199,3 +200,26 @@ def test_a_document_without_one_entry_per_field_is_refused_and_changes_nothing(
         with pytest.raises(ValueError, match="one entry per field"):
             unit.index_document(_document("mem_new", lengths, terms))
     assert _state(store) == SEEDED
+
+
+def test_an_indexed_record_costs_the_garbage_collector_a_fixed_number_of_objects_whatever_its_terms() -> None:
+    """A record's index bucket is its terms and their posting maps, two containers, not one pair per term.
+
+    Pairs holding a dict stay tracked by the garbage collector, so a bucket of pairs made every
+    full collection scan ~67 more objects a record (3.8 s at 100k records, 1.25 s without).
+    """
+    store = InMemoryStore()
+    with store.write(SCOPE) as unit:
+        for index in range(20):
+            frequencies: dict[str, tuple[int, ...]] = {
+                f"term{index}x{position}": (1, 0, 0, 0, 0) for position in range(60)
+            }
+            unit.index_document(_document(f"mem_{index:02d}", (60, 0, 0, 0, 0), frequencies))
+    gc.collect()  # untracks the tuples that hold only strings
+    buckets = store.raw_partition(SCOPE).buckets
+    assert len(buckets) == 20
+    for terms, maps in buckets.values():
+        assert len(terms) == len(maps) == 60
+        tracked = [part for part in (terms, maps) if gc.is_tracked(part)]
+        assert tracked == [maps]  # the terms tuple holds only strings: untracked
+        assert all(not gc.is_tracked(term) for term in terms)

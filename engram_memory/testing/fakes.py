@@ -473,7 +473,7 @@ def inmemory_term_traces(store: Store, scope: str, term: str) -> bool:
     return (
         term in partition.occurrences
         or any(term in document.terms for document in partition.documents.values())
-        or any(held == term for bucket in partition.buckets.values() for held, _ in bucket)
+        or any(term in terms for terms, _ in partition.buckets.values())
     )
 
 
