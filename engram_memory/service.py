@@ -10,7 +10,6 @@ plain ``dict``, say) is a ``TypeError`` before any of those checks, with nothing
 
 from __future__ import annotations
 
-import functools
 import logging
 import unicodedata
 import uuid
@@ -48,6 +47,7 @@ from engram_memory.wire.args import (
 )
 from engram_memory.wire.converter import ARGS_BY_TOOL, TOOL_NAMES, ToolArgs, check_argument_bytes, parse_args
 from engram_memory.wire.envelope import failure_envelope, success_envelope
+from engram_memory.wire.log_pointer import loggable_pointer
 from engram_memory.write_path import WritePath
 
 __all__ = ["MemoryService"]
@@ -77,7 +77,6 @@ def _default_audit_id() -> str:
 
 
 _TYPED_ARGS: Final = tuple(ARGS_BY_TOOL.values())
-_INDEX_DIGITS: Final = 6
 
 
 def _wrong_args(args: object, message: str) -> TypeError:
@@ -85,44 +84,6 @@ def _wrong_args(args: object, message: str) -> TypeError:
     error = TypeError(message)
     error.add_note(f"got {type(args).__name__}")
     return error
-
-
-@functools.cache
-def _schema_names() -> frozenset[str]:
-    """Every property name of the published input schemas: the segments a pointer may log."""
-    from engram_memory.wire.schemas import input_schema  # noqa: PLC0415 - light import
-
-    names: set[str] = set()
-    stack: list[Any] = [input_schema(tool) for tool in TOOL_NAMES]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            properties = node.get("properties")
-            if isinstance(properties, dict):
-                names.update(properties)
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return frozenset(names)
-
-
-def _loggable_pointer(pointer: str | None) -> str:
-    """``pointer`` for a log line: each segment a schema name or an index, any other shown as ``*``.
-
-    A pointer can name an extra key the agent wrote, and a key is agent text like a value.
-    """
-    if pointer is None:
-        return "-"
-    if not pointer:
-        return "/"
-    known = _schema_names()
-    segments = pointer.split("/")[1:]
-    return "".join("/" + (s if s in known or _is_index(s) else "*") for s in segments)
-
-
-def _is_index(segment: str) -> bool:
-    """Whether a pointer segment is an array index (no list of the schema reaches a million items)."""
-    return segment.isascii() and segment.isdecimal() and len(segment) <= _INDEX_DIGITS
 
 
 class MemoryService:
@@ -428,7 +389,7 @@ class MemoryService:
         except EngramError as error:
             # for the host's debugging; never the notes, which may quote an argument value
             _log.debug(
-                "%s answered %s at %s (auditId %s)", name, error.code.value, _loggable_pointer(error.pointer), audit_id
+                "%s answered %s at %s (auditId %s)", name, error.code.value, loggable_pointer(error.pointer), audit_id
             )
             return failure_envelope(error, audit_id)
         except ProtocolError:
