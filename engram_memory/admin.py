@@ -109,12 +109,17 @@ class MemoryAdmin:
         workspace_id: str,
         candidate_id: str,
         decision: Literal["accept", "reject"],
+        readmit_forgotten: bool = False,
     ) -> RequestAdmissionResult:
         """Accept or reject a candidate left ``pending_adjudication``, as the host.
 
         This is the only way to admit content that was forgotten in the scope (the forgotten-content
         guard, DESIGN D7, holds such a candidate ``pending_adjudication`` for an agent's request):
-        the host's decision here is the human judgement that re-admits it.
+        the host's decision here is the human judgement that re-admits it, and it says so with
+        ``readmit_forgotten=True``. Without it, accepting content forgotten in the scope is
+        ``gate_failed`` and nothing is written. The check runs in the same unit of work as the
+        decision, so a forget of the same content that commits after the reviewer looked (see
+        :meth:`pending_candidate`'s ``forgotten``) is caught too. A reject needs no flag.
 
         ``outcome.status`` says what happened: ``accepted`` or ``rejected`` when this call decided
         the candidate, ``duplicate_exact`` (with its ``record_id``) when it was admitted before,
@@ -123,11 +128,16 @@ class MemoryAdmin:
 
         Raises:
             EngramError: ``NOT_FOUND`` for an unknown candidate, ``ALREADY_TERMINAL`` when it was
-                rejected or withdrawn (an admitted one answers ``duplicate_exact``).
-            TypeError, ValueError: ``tenant_id`` or ``workspace_id`` is refused (see :meth:`scope`).
+                rejected or withdrawn (an admitted one answers ``duplicate_exact``),
+                ``gate_failed`` for an ``accept`` of forgotten content without
+                ``readmit_forgotten``.
+            TypeError, ValueError: ``tenant_id`` or ``workspace_id`` is refused (see :meth:`scope`),
+                or ``readmit_forgotten`` is not a ``bool``.
         """
         if decision not in {"accept", "reject"}:
             raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="/decision")
+        if type(readmit_forgotten) is not bool:
+            raise TypeError("readmit_forgotten must be a bool")
         binding = _scope_binding(tenant_id, workspace_id)
         return self._service._write.decide_candidate(  # noqa: SLF001 - same package
             binding=binding,
@@ -137,6 +147,7 @@ class MemoryAdmin:
             intent=None,
             confirmation=None,
             decide=decision,
+            readmit_forgotten=readmit_forgotten,
         )
 
     def pending_candidates(self, *, tenant_id: str, workspace_id: str) -> list[PendingCandidate]:

@@ -492,19 +492,24 @@ def _adjudicate(service: MemoryService, scope: str, options: argparse.Namespace)
     where = {"tenant_id": options.tenant, "workspace_id": options.workspace}
     failed = f"adjudicate {options.candidate}"
     try:
-        readmits = False
-        if options.decision == "accept":
-            waiting = admin.pending_candidate(**where, candidate_id=options.candidate)
-            readmits = waiting is not None and waiting.forgotten
-            if readmits and not options.readmit_forgotten:
-                raise SystemExit(
-                    f"{failed}: its content was forgotten in this scope, and accepting it re-admits erased "
-                    "content: pass --readmit-forgotten to do so (nothing was decided)"
-                )
-        result = admin.adjudicate(**where, candidate_id=options.candidate, decision=options.decision)
+        # only for the closing line: the library itself refuses forgotten content without the flag
+        waiting = (
+            admin.pending_candidate(**where, candidate_id=options.candidate) if options.readmit_forgotten else None
+        )
+        result = admin.adjudicate(
+            **where,
+            candidate_id=options.candidate,
+            decision=options.decision,
+            readmit_forgotten=options.readmit_forgotten,
+        )
     except EngramError as exc:
         if exc.code is ErrorCode.ALREADY_TERMINAL:
             raise SystemExit(f"{failed}: {_terminal(service, scope, options)}") from None
+        if exc.code is ErrorCode.GATE_FAILED:
+            raise SystemExit(
+                f"{failed}: its content was forgotten in this scope, and accepting it re-admits erased "
+                "content: pass --readmit-forgotten to do so (nothing was decided)"
+            ) from None
         raise SystemExit(f"{failed}: {exc.code.value} ({exc.public_message})") from None
     except (PortError, ValueError) as exc:
         raise SystemExit(f"{failed}: {_reason(exc)}") from None
@@ -518,6 +523,7 @@ def _adjudicate(service: MemoryService, scope: str, options: argparse.Namespace)
         )
         raise SystemExit(f"{failed}: already admitted as {outcome.record_id}; {instead}")
     line = f"{outcome.candidate_id}: {outcome.status}" + (f" as {outcome.record_id}" if outcome.record_id else "")
+    readmits = waiting is not None and waiting.forgotten
     return line + (" (re-admitted content that was forgotten in this scope)" if readmits else "")
 
 

@@ -287,8 +287,15 @@ class WritePath:
         intent: str | None,
         confirmation: Confirmation | None,
         decide: str | None,
+        readmit_forgotten: bool = False,
     ) -> RequestAdmissionResult:
-        """Decide a candidate through the policy (``decide=None``) or a host adjudication."""
+        """Decide a candidate through the policy (``decide=None``) or a host adjudication.
+
+        Content forgotten in the scope is never accepted by the policy (the decision is held
+        ``pending_adjudication``). A host ``accept`` of such content needs ``readmit_forgotten``,
+        else it is ``gate_failed``; the check is repeated in the unit that commits the decision, so
+        a forget of the same content committing meanwhile is seen either way.
+        """
         scope = binding.scope
         try:
             with self._guard.read(scope) as reader:
@@ -326,8 +333,9 @@ class WritePath:
             binding=binding, row=row, record=record, opened=opened, now=now, forced=decide
         )
         guarded = decide is None  # a host adjudication may accept forgotten content; a policy decision may not
-        if decision == "accept" and forgotten and guarded:
-            decision = "adjudication_required"
+        if decision == "accept" and forgotten:
+            decision = _accepting_forgotten(guarded=guarded, readmit_forgotten=readmit_forgotten)
+        watches_forgotten = guarded or not readmit_forgotten
         pending = _pending_adjudication(candidate_id, row.created_cursor, decision_digest)
         if decision == "adjudication_required":
             return self._held(binding, key, intent, pending)
@@ -341,8 +349,9 @@ class WritePath:
             current = check_admissible(unit.candidate(candidate_id))
             if current.state == "admitted":  # another request admitted it meanwhile
                 return duplicate_value(current)
-            if accept and guarded and unit.is_tombstoned_payload(payload_digest):
-                raise _ForgottenMeanwhileError  # a forget of the same content committed while the policy decided
+            if accept and watches_forgotten and unit.is_tombstoned_payload(payload_digest):
+                # a forget of the same content committed while the policy (or the host) decided
+                raise _ForgottenMeanwhileError if guarded else _forgotten_refused()
             event, body = build_event(
                 unit,
                 recorded_at=committed_at,
@@ -715,6 +724,27 @@ class KeyVanishedError(Exception):
 
 class _ForgottenMeanwhileError(Exception):
     """The content to accept was forgotten after the admission's snapshot: the decision must not stand."""
+
+
+def _accepting_forgotten(*, guarded: bool, readmit_forgotten: bool) -> str:
+    """What an ``accept`` of content forgotten in the scope becomes (DESIGN D7).
+
+    A policy's accept is held (``adjudication_required``); a host's stands only with
+    ``readmit_forgotten``.
+
+    Raises:
+        EngramError: ``gate_failed`` for a host accept without ``readmit_forgotten``.
+    """
+    if guarded:
+        return "adjudication_required"
+    if not readmit_forgotten:
+        raise _forgotten_refused()
+    return "accept"
+
+
+def _forgotten_refused() -> EngramError:
+    """A host ``accept`` of content forgotten in the scope, without ``readmit_forgotten``."""
+    return EngramError(ErrorCode.GATE_FAILED, detail="content forgotten in this scope; readmit_forgotten not given")
 
 
 def _pending_adjudication(candidate_id: str, created_cursor: int, decision_digest: str) -> RequestAdmissionResult:

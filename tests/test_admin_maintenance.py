@@ -227,8 +227,8 @@ def test_pending_candidate_is_the_listed_candidate_or_none_once_it_left_pending(
     waiting = made.harness.pending(A, make_key("ops-one-waiting"))
     admitted = made.harness.pending(A, make_key("ops-one-admitted"))
     rejected = made.harness.pending(A, make_key("ops-one-rejected"))
-    made.admin.adjudicate(**scope, candidate_id=admitted, decision="accept")
-    made.admin.adjudicate(**scope, candidate_id=rejected, decision="reject")
+    made.admin.adjudicate(tenant_id=A.tenant_id, workspace_id=A.workspace_id, candidate_id=admitted, decision="accept")
+    made.admin.adjudicate(tenant_id=A.tenant_id, workspace_id=A.workspace_id, candidate_id=rejected, decision="reject")
     before = made.high_water(A)
     assert made.admin.pending_candidates(**scope) == [made.admin.pending_candidate(**scope, candidate_id=waiting)]
     for gone in (admitted, rejected, "candidate_nope"):

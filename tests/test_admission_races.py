@@ -3,10 +3,14 @@ since its snapshot: content forgotten while the policy decided is not accepted (
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from engram_memory import DefaultPolicy, ManualClock, MemoryService
+import pytest
+
+from engram_memory import DefaultPolicy, EngramError, ErrorCode, HostBinding, ManualClock, MemoryAdmin, MemoryService
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.ports import AdmissionDecision, AdmissionRequest
 from engram_memory.stores.memory import InMemoryStore
@@ -63,3 +67,82 @@ def test_content_forgotten_while_the_policy_decides_stays_pending_adjudication()
         assert candidate.state == "pending"
         assert [row.state for row in reader.records()] == ["tombstoned"]
         assert list(reader.indexed_ids()) == []
+
+
+class _StoreWithHooks(InMemoryStore):
+    """An in-memory store that runs the queued hooks before its next unit of work opens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before_next_write: list[Callable[[], object]] = []
+
+    @contextmanager
+    def write(self, scope: str) -> Iterator[Any]:  # the base class's own unit type
+        while self.before_next_write:
+            self.before_next_write.pop()()
+        with super().write(scope) as unit:
+            yield unit
+
+
+def test_content_forgotten_while_the_host_decides_is_not_readmitted_unasked() -> None:
+    """The host reviewed a candidate whose content was not forgotten; a forget of the same content
+    commits before the decision's unit: the accept is ``gate_failed`` and writes nothing, unless the
+    host said ``readmit_forgotten``."""
+    clock = ManualClock()
+    store = _StoreWithHooks()
+    service = MemoryService(
+        store=store, vault=InMemoryKeyVault(), policy=DefaultPolicy(admission="accept"), clock=clock
+    )
+    binding = make_binding()
+    admin = MemoryAdmin(service)
+
+    def call(tool: str, args: dict[str, Any], bound: HostBinding = binding) -> dict[str, Any]:
+        envelope = service.call_tool(tool, args, bound)
+        assert envelope["ok"] is True, envelope
+        value: dict[str, Any] = envelope["output"]["value"]
+        return value
+
+    first = call("engram_memory_capture", capture_args("host-race-capture-01", words=WORDS))["candidate_id"]
+    admission = {"candidate_id": first, "idempotency_key": "host-race-admission-1"}
+    record_id = call("engram_memory_request_admission", admission)["outcome"]["record_id"]
+    same_content = call("engram_memory_capture", capture_args("host-race-capture-02", words=WORDS))["candidate_id"]
+    reviewed = admin.pending_candidate(tenant_id="tenant-a", workspace_id="workspace-1", candidate_id=same_content)
+    assert reviewed is not None
+    assert reviewed.forgotten is False  # what the reviewer saw
+    forget = {"record_id": record_id, "idempotency_key": "host-race-forget-0001", "reason_ref": "erasure"}
+    store.before_next_write.append(
+        lambda: call("engram_memory_forget", forget, confirm(service, "engram_memory_forget", forget, binding, clock))
+    )
+
+    with pytest.raises(EngramError) as refused:
+        admin.adjudicate(tenant_id="tenant-a", workspace_id="workspace-1", candidate_id=same_content, decision="accept")
+
+    assert refused.value.code is ErrorCode.GATE_FAILED
+    assert not store.before_next_write  # the forget did commit between the review and the decision
+    with store.read(binding.scope) as reader:
+        candidate = reader.candidate(same_content)
+        assert candidate is not None
+        assert candidate.state == "pending"
+        assert [row.state for row in reader.records()] == ["tombstoned"]
+        assert reader.high_water() == 4  # a capture, its admission, a capture, the forget; no decision
+    accepted = admin.adjudicate(
+        tenant_id="tenant-a",
+        workspace_id="workspace-1",
+        candidate_id=same_content,
+        decision="accept",
+        readmit_forgotten=True,
+    )
+    assert accepted.outcome.status == "accepted"
+    assert accepted.outcome.cursor == "5"
+
+
+def test_readmit_forgotten_must_be_a_bool() -> None:
+    service = MemoryService(store=InMemoryStore(), vault=InMemoryKeyVault(), policy=DefaultPolicy())
+    with pytest.raises(TypeError, match="readmit_forgotten must be a bool"):
+        MemoryAdmin(service).adjudicate(
+            tenant_id="t",
+            workspace_id="w",
+            candidate_id="cand_x",
+            decision="accept",
+            readmit_forgotten="yes",  # type: ignore[arg-type]
+        )

@@ -1510,8 +1510,17 @@ class ServiceConformance:
         fresh = harness.pending(A, make_key("fc-fresh"))
         listed = harness.admin.pending_candidates(tenant_id="tenant-a", workspace_id="workspace-1")
         assert {item.candidate_id: item.forgotten for item in listed} == {candidate_id: True, fresh: False}
+        with self.unchanged(harness), pytest.raises(EngramError) as refused:
+            harness.admin.adjudicate(
+                tenant_id="tenant-a", workspace_id="workspace-1", candidate_id=candidate_id, decision="accept"
+            )
+        assert refused.value.code is ErrorCode.GATE_FAILED  # re-admitting erased content is said, not implied
         result = harness.admin.adjudicate(
-            tenant_id="tenant-a", workspace_id="workspace-1", candidate_id=candidate_id, decision="accept"
+            tenant_id="tenant-a",
+            workspace_id="workspace-1",
+            candidate_id=candidate_id,
+            decision="accept",
+            readmit_forgotten=True,
         )
         assert result.outcome.status == "accepted"
         assert result.outcome.record_id not in {None, record_id}

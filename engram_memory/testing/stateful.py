@@ -403,9 +403,10 @@ def service_machine(make_backend: Callable[[], ServiceFactory]) -> type[RuleBase
             candidate=candidates,
             decision=st.sampled_from(["accept", "reject"]),
             cross=st.integers(0, 4).map(lambda n: n == 0),
+            readmit=st.booleans(),
         )
         def adjudicate(
-            self, candidate: Target, decision: Literal["accept", "reject"], cross: bool
+            self, candidate: Target, decision: Literal["accept", "reject"], cross: bool, readmit: bool
         ) -> MultipleResults[Target]:
             scope = self.scope_of(candidate, cross)
             tenant, workspace = SCOPES[scope]
@@ -414,7 +415,11 @@ def service_machine(make_backend: Callable[[], ServiceFactory]) -> type[RuleBase
             state = model.candidates.get(candidate[1])
             try:
                 result: RequestAdmissionResult | None = MemoryAdmin(self.service).adjudicate(
-                    tenant_id=tenant, workspace_id=workspace, candidate_id=candidate[1], decision=decision
+                    tenant_id=tenant,
+                    workspace_id=workspace,
+                    candidate_id=candidate[1],
+                    decision=decision,
+                    readmit_forgotten=readmit,
                 )
                 code = None
             except EngramError as error:
@@ -424,6 +429,9 @@ def service_machine(make_backend: Callable[[], ServiceFactory]) -> type[RuleBase
                 return multiple()
             if state.state in {"rejected", "withdrawn"}:
                 assert code is ErrorCode.ALREADY_TERMINAL, (code, result)
+                return multiple()
+            if state.state == "pending" and decision == "accept" and state.content in model.tombstoned and not readmit:
+                assert code is ErrorCode.GATE_FAILED, (code, result)  # nothing written: the invariants check it
                 return multiple()
             assert result is not None, code
             outcome = result.outcome
