@@ -127,10 +127,16 @@ class MemoryAdmin:
         Whether a candidate's content was forgotten is :meth:`pending_candidate`'s ``forgotten``.
 
         Raises:
-            EngramError: ``NOT_FOUND`` for an unknown candidate, ``ALREADY_TERMINAL`` when it was
-                rejected or withdrawn (an admitted one answers ``duplicate_exact``),
-                ``gate_failed`` for an ``accept`` of forgotten content without
-                ``readmit_forgotten``.
+            EngramError: ``INVALID_SCHEMA`` (pointer ``/decision``) for a ``decision`` other than
+                ``"accept"`` or ``"reject"``; ``NOT_FOUND`` for an unknown candidate,
+                ``ALREADY_TERMINAL`` when it was rejected or withdrawn (an admitted one answers
+                ``duplicate_exact``), ``gate_failed`` for an ``accept`` of forgotten content
+                without ``readmit_forgotten``; ``BLOB_MISSING`` or ``JOURNAL_CORRUPT`` when the
+                candidate's envelope is missing, does not authenticate or does not re-derive;
+                ``STORE_UNAVAILABLE`` (retriable) when the store or the vault cannot serve the
+                call now, ``MUTATION_OUTCOME_UNKNOWN`` (retriable) when the store cannot tell
+                whether the decision committed, ``POLICY_UNAVAILABLE`` when the host policy fails
+                to give its id or version (it is not asked to decide).
             TypeError, ValueError: ``tenant_id`` or ``workspace_id`` is refused (see :meth:`scope`),
                 or ``readmit_forgotten`` is not a ``bool``.
         """

@@ -111,9 +111,10 @@ class Confirmation:
     :meth:`engram_memory.MemoryService.confirmation` builds the one of a given call.
 
     Checked when built (and by ``attrs.evolve``): ``id``, ``tool``, ``target`` and
-    ``operation_digest`` must be ``str`` (else ``TypeError``) with no lone surrogate; ``id`` must
-    also be non-empty, at most 512 UTF-8 bytes and in Unicode NFC (else ``ValueError``), and
-    both datetimes timezone-aware (``ValueError``). The id is stored in clear in the scope (to
+    ``operation_digest`` must be ``str`` (else ``TypeError``) with no lone surrogate (else
+    ``ValueError``); ``id`` must also be non-empty, at most 512 UTF-8 bytes and in Unicode NFC
+    (else ``ValueError``); both times must be ``datetime`` (else ``TypeError``) and timezone-aware
+    (else ``ValueError``). The id is stored in clear in the scope (to
     refuse its reuse): keep personal data, such as an approver's name or e-mail, out of it.
     """
 
@@ -133,9 +134,13 @@ class HostBinding:
     tool left out is absent (``-32602``). A single string or an unknown name is refused
     (``TypeError`` / ``ValueError``, see :func:`tool_set`). Pass :data:`ALL_TOOLS` to grant all six; the Policy may
     narrow them further. ``deadline`` is an aware datetime after which the call fails with
-    ``DEADLINE_EXCEEDED``. An empty tenant, workspace, principal, agent id, session or purpose,
-    or one not in Unicode NFC, makes every call a protocol error (-32603): receipts and scope keys
-    digest NFC text, so two spellings of one id must never both be in use. ``confirmation`` is a
+    ``DEADLINE_EXCEEDED``. The six ids and ``audit_id`` are not checked when built: a tenant,
+    workspace, principal, agent id, session or purpose that is not a ``str``, is empty, is not
+    valid Unicode text (a lone surrogate) or is not in Unicode NFC, or an ``audit_id`` that is
+    neither ``None`` nor valid Unicode text, makes every service call a protocol error (-32603), and
+    :class:`~engram_memory.MemoryAdmin` refuses such a tenant or workspace with ``TypeError`` /
+    ``ValueError``. Receipts and scope keys digest NFC text, so two spellings of one id must never
+    both be in use. ``confirmation`` is a
     :class:`Confirmation` or ``None`` (anything else is a ``TypeError`` here, and ``-32603`` if
     it reaches a call anyway).
     """

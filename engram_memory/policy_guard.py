@@ -1,9 +1,11 @@
-"""``GuardedPolicy``: any failure of a host policy becomes ``POLICY_UNAVAILABLE``.
+"""``GuardedPolicy``: a failure of a host policy becomes ``POLICY_UNAVAILABLE``.
 
 The service wraps the host's :class:`~engram_memory.ports.Policy` once, so no call site has to
 remember that a policy is foreign code that may raise, or answer a value of the wrong shape (a
 decision without a time zone, a trust class outside the contract's three, ``None`` for a
-boolean): both are ``POLICY_UNAVAILABLE``, before anything is written.
+boolean): both are ``POLICY_UNAVAILABLE``, before anything is written. An
+:class:`~engram_memory.errors.EngramError` the policy raises is its answer and keeps its code
+(``RATE_LIMITED``, ``AUTHORIZATION_EXPIRED``, ...).
 """
 
 from __future__ import annotations

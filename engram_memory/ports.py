@@ -523,8 +523,10 @@ class KeyVault(Protocol):
     A vault that is unreachable for a while (a timeout, a throttled KMS) raises
     :class:`~engram_memory.errors.StoreUnavailableError` from any method: the agent then gets a
     retriable answer (``STORE_UNAVAILABLE``, or ``MUTATION_OUTCOME_UNKNOWN`` once a mutation's
-    commit may have happened). Any other exception counts as a defect of the vault (a
-    non-retriable ``CAPABILITY_UNAVAILABLE`` on a read).
+    commit may have happened). Any other exception counts as a defect of the vault: the typed
+    operations of :class:`~engram_memory.MemoryService` let it propagate, and ``call_tool`` answers
+    it as a non-retriable ``CAPABILITY_UNAVAILABLE`` (a read) or a retriable
+    ``MUTATION_OUTCOME_UNKNOWN`` (a mutation).
 
     One vault object serves every thread of the process, so ``seal``, ``open`` and ``destroy``
     may run at the same time on any threads. Each ``seal`` returns an envelope under a key ref no
@@ -615,7 +617,13 @@ class AdmissionDecision:
 
 
 class Policy(Protocol):
-    """The host's rules. Pure decisions; raising anything means ``POLICY_UNAVAILABLE``."""
+    """The host's rules. Pure decisions.
+
+    An :class:`~engram_memory.errors.EngramError` a method raises answers the call with its own
+    code (a host may refuse with ``RATE_LIMITED`` or ``AUTHORIZATION_EXPIRED``, say). Any other
+    exception, and an answer of the wrong shape, is ``POLICY_UNAVAILABLE`` (retriable). Either
+    way nothing is written, through the typed API and ``call_tool`` alike.
+    """
 
     @property
     def policy_id(self) -> str:
@@ -692,7 +700,15 @@ class RankedHit(NamedTuple):
 
 
 class Ranker(Protocol):
-    """Orders the eligible records of one scope for a query; deterministic and read-only."""
+    """Orders the eligible records of one scope for a query; deterministic and read-only.
+
+    Any exception one of its members raises during a search (other than an
+    :class:`~engram_memory.errors.EngramError`, which keeps its code), and an answer of the wrong
+    shape, makes the search ``RANKING_UNAVAILABLE`` (retriable), through the typed API and
+    ``call_tool`` alike; so does a store failure met outside :meth:`rank`. A store failure met
+    while :meth:`rank` reads the store keeps its code (``STORE_UNAVAILABLE``, ``JOURNAL_CORRUPT``
+    or ``BLOB_MISSING``).
+    """
 
     @property
     def profile(self) -> str:
@@ -723,7 +739,13 @@ class Ranker(Protocol):
         ...
 
     def tokenize(self, text: str) -> list[str]:
-        """The tokens of ``text`` (used for the index and for queries)."""
+        """The tokens of a query's ``text``, which become :attr:`RankingQuery.terms`.
+
+        The service calls it on the query only. The store's lexical index is always built from
+        the tokens of the built-in tokenizer (:mod:`engram_memory.ranking.tokenizer`,
+        ``graphify-memory:tokenizer:v1``), whatever the ranker; so a ranker that looks terms up in
+        the lexical index must tokenize as that tokenizer does, or its terms will not match.
+        """
         ...
 
     def rank(self, reader: StoreReader, query: RankingQuery) -> list[RankedHit]:

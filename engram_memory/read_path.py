@@ -23,6 +23,10 @@ that does not fit alone is ``PROJECTION_OVERSIZED`` (never an empty page with a 
 one that fits ``max_packet_bytes`` but not the 1,048,576-byte transport cap with the rest of the
 value is ``RESULT_TOO_LARGE``.
 
+**The ranker is host code.** Whatever of it fails during a search (its ``profile``, ``channels``,
+``uses_network``, ``config()``, ``tokenize()`` or ``rank()``, or an answer of the wrong shape) makes
+the search ``RANKING_UNAVAILABLE`` (retriable), through the typed API and ``call_tool`` alike.
+
 **Failures are never empty successes.** A destroyed key or a sealed body that fails
 authentication or re-derivation is ``BLOB_MISSING`` / ``JOURNAL_CORRUPT``; an index entry whose
 record row is not eligible is ``PROJECTION_STALE``. A key destroyed by a forget that committed
@@ -32,8 +36,8 @@ while the search was reading is detected with a fresh view and the search is re-
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Final
 
@@ -100,6 +104,20 @@ class _ConcurrentErasureError(Exception):
 
 def _stale(detail: str) -> EngramError:
     return EngramError(ErrorCode.STALE_PAGE, detail=detail)
+
+
+@contextmanager
+def _ranker_failures(passing: tuple[type[Exception], ...] = (EngramError,)) -> Iterator[None]:
+    """Run host ranker code: any exception it raises becomes ``RANKING_UNAVAILABLE`` (retriable).
+
+    A memory error, and each class in ``passing``, keeps its own code.
+    """
+    try:
+        yield
+    except passing:
+        raise
+    except Exception as exc:  # the ranker is host code (a remote semantic channel may be down)
+        raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail=f"ranker failed: {type(exc).__name__}") from exc
 
 
 # --------------------------------------------------------------------------- read path
@@ -217,13 +235,14 @@ class ReadPath:
                 ``RESULT_TOO_LARGE``, ``BLOB_MISSING``, ``JOURNAL_CORRUPT``, ``PROJECTION_STALE``,
                 ``STORE_UNAVAILABLE``, ``POLICY_UNAVAILABLE``, ``DEADLINE_EXCEEDED``.
         """
-        if args.capability_policy.minimum_channels == "lexical_and_semantic" and (
-            "semantic" not in self._ranker.channels
-        ):
+        with _ranker_failures():
+            semantic = args.capability_policy.minimum_channels != "lexical_and_semantic" or (
+                "semantic" in self._ranker.channels
+            )
+            uses_network = bool(self._ranker.uses_network)
+        if not semantic:
             raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="no semantic channel; no lexical fallback")
-        if self._ranker.uses_network and not (
-            args.capability_policy.network == "allow" and self._policy.allows_network(binding)
-        ):
+        if uses_network and not (args.capability_policy.network == "allow" and self._policy.allows_network(binding)):
             raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="the ranker needs the network; not allowed here")
         for _attempt in range(_SEARCH_ATTEMPTS):
             try:
@@ -235,22 +254,32 @@ class ReadPath:
     def _rank(self, reader: StoreReader, query: RankingQuery) -> list[RankedHit]:
         """The ranker's hits; a failure of the ranker itself is ``RANKING_UNAVAILABLE`` (retriable).
 
-        So is an answer that breaks the ranker contract (more than 2,000 candidates, or a record
-        twice), which would otherwise repeat records across pages. Store failures met while
+        So is an answer that breaks the ranker contract (not a list, more than 2,000 candidates, or
+        a record twice), which would otherwise repeat records across pages. Store failures met while
         ranking keep their own codes (the read view maps them), and so do memory errors the
         ranker raises.
         """
-        try:
+        with _ranker_failures((EngramError, StoreUnavailableError, StoreCorruptError)):
             hits = self._ranker.rank(reader, query)
-        except (EngramError, StoreUnavailableError, StoreCorruptError):
-            raise
-        except Exception as exc:  # the ranker is host code (a remote semantic channel may be down)
-            raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail=f"ranker failed: {type(exc).__name__}") from exc
-        if len(hits) > CANDIDATE_CAP or len({hit.record_id for hit in hits}) != len(hits):
-            raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="ranker answered duplicates or too many hits")
+            if len(hits) > CANDIDATE_CAP or len({hit.record_id for hit in hits}) != len(hits):
+                raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="ranker answered duplicates or too many hits")
         return hits
 
-    def _binding_digest(self, binding: HostBinding, args: SearchArgs, config_digest: str) -> str:
+    def _profile(self) -> tuple[str, dict[str, Any], str]:
+        """The ranker's profile, its config and the config's digest.
+
+        A failure of the ranker, a profile that is not a ``str`` and a config that is not a
+        ``dict`` with a canonical JSON form are ``RANKING_UNAVAILABLE`` (retriable).
+        """
+        with _ranker_failures():
+            profile: object = self._ranker.profile  # typed, but host code may answer anything
+            config: object = self._ranker.config()
+            if not isinstance(profile, str) or not isinstance(config, dict):
+                raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="ranker profile or config malformed")
+            config_digest = receipt_digest(Domain.RECALL_PROFILE_CONFIG, config, "profile_config_digest")
+        return profile, config, config_digest
+
+    def _binding_digest(self, binding: HostBinding, args: SearchArgs, profile: str, config_digest: str) -> str:
         return digest(
             Domain.PAGE_CURSOR,
             {
@@ -265,7 +294,7 @@ class ReadPath:
                     "minimum_channels": args.capability_policy.minimum_channels,
                     "network": args.capability_policy.network,
                 },
-                "profile": self._ranker.profile,
+                "profile": profile,
                 "profile_config_digest": config_digest,
             },
         )
@@ -273,12 +302,12 @@ class ReadPath:
     def _search_once(self, binding: HostBinding, args: SearchArgs) -> SearchResult:
         now = self._now(binding)
         now_ms = epoch_ms(now)
-        config = self._ranker.config()
-        config_digest = receipt_digest(Domain.RECALL_PROFILE_CONFIG, config, "profile_config_digest")
-        binding_digest = self._binding_digest(binding, args, config_digest)
+        profile, config, config_digest = self._profile()
+        binding_digest = self._binding_digest(binding, args, profile, config_digest)
         codec = PageCursorCodec(self._store.secret())
         pinned = None if args.page_cursor is None else codec.decode(args.page_cursor, binding_digest)
-        terms = tuple(self._ranker.tokenize(args.query))
+        with _ranker_failures():
+            terms = tuple(self._ranker.tokenize(args.query))
         allowlist = self._allowlist(binding)
         with self._reading(binding.scope) as reader:
             high_water = reader.high_water()
@@ -298,7 +327,7 @@ class ReadPath:
                 {
                     "query": args.query,
                     "purpose_ref": args.purpose_ref,
-                    "profile": self._ranker.profile,
+                    "profile": profile,
                     "valid_as_of": valid_as_of,
                     "system_as_of": format_cursor(system_as_of),
                     "capability_policy": {
@@ -336,7 +365,7 @@ class ReadPath:
             receipt: dict[str, Any] = {
                 "request_digest": request,
                 "authorization_receipt_digest": authorization,
-                "profile": self._ranker.profile,
+                "profile": profile,
                 "profile_version": str(config.get("profile_version", "")),
                 "profile_config_digest": config_digest,
                 "valid_as_of": valid_as_of,

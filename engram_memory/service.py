@@ -6,6 +6,14 @@ to the write path or the read path. A typed operation given anything but its arg
 plain ``dict``, say) is a ``TypeError`` before any of those checks, with nothing read or written.
 ``call_tool`` always answers with the envelope and raises only
 :class:`~engram_memory.errors.ProtocolError`.
+
+**Failures of host components.** Both the typed operations and ``call_tool`` map the port errors
+of :mod:`engram_memory.errors` to their codes, any other failure of the host policy to
+``POLICY_UNAVAILABLE`` and of the ranker to ``RANKING_UNAVAILABLE`` (an ``EngramError`` either
+raises keeps its code). Any other exception escaping a store or a vault (a failed key
+destruction aside, which the service handles itself) propagates from a typed operation as it is;
+only ``call_tool`` answers it, as ``CAPABILITY_UNAVAILABLE`` (a read) or
+``MUTATION_OUTCOME_UNKNOWN`` (a mutation), and logs it.
 """
 
 from __future__ import annotations
@@ -156,6 +164,8 @@ class MemoryService:
 
         Raises:
             ProtocolError: -32603 when the host context is missing (as for :meth:`call_tool`).
+            EngramError: ``POLICY_UNAVAILABLE`` when the policy's ``granted_tools`` raises or
+                answers a malformed value (an ``EngramError`` it raises keeps its code).
         """
         self._check_context(binding)
         return self._granted(binding)
@@ -269,6 +279,8 @@ class MemoryService:
 
         Raises:
             ProtocolError: -32603 when the host context is missing (as for :meth:`call_tool`).
+            EngramError: ``POLICY_UNAVAILABLE`` when the policy's ``granted_tools`` raises or
+                answers a malformed value (an ``EngramError`` it raises keeps its code).
         """
         from engram_memory.wire.descriptors import tool_descriptors  # noqa: PLC0415 - light import
 
@@ -326,7 +338,8 @@ class MemoryService:
                 one that is not a mutation.
             EngramError: ``INVALID_SCHEMA`` / ``INVALID_DIGEST`` for invalid arguments.
             TypeError: ``arguments`` is the typed arguments object of another tool;
-                ``confirmation_id`` is not a ``str``.
+                ``confirmation_id`` is not a ``str``; ``requested_at`` or ``approved_at`` is not a
+                ``datetime``.
             ValueError: ``requested_at`` or ``approved_at`` is a naive datetime; ``confirmation_id``
                 is empty, over 512 UTF-8 bytes, not in Unicode NFC or holds a lone surrogate.
         """
