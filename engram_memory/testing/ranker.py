@@ -38,6 +38,7 @@ from engram_memory.ports import (
     SealedEnvelope,
     Store,
 )
+from engram_memory.ranking.tokenizer import TOKENIZER_VERSION, tokenize
 from engram_memory.stores.memory import InMemoryStore
 
 __all__ = ["CONFORMANCE_SCOPE", "NOW_MS", "OTHER_SCOPE", "RankerConformance"]
@@ -48,6 +49,14 @@ NOW_MS: Final = 1_767_225_600_000
 """2026-01-01T00:00:00.000Z: both the pinned ``valid_as_of`` and the clock of the suite."""
 _DAY: Final = 86_400_000
 TERM: Final = "heliograph"
+_TOKENIZER_SAMPLES: Final = (
+    "Relay-7 ON the GRID_bus, at 3.5 kV; a ok go",  # case, digits, underscore, dropped short ASCII words
+    "Café déjà vu: naïve Ærø ÉTÉ",  # accented letters, upper case beyond ASCII
+    "Straße ß ﬁle Ⅻ ½ ²",  # case folding is lower(), not casefold(); compatibility forms kept
+    "東京 タワー 서울 Москва",  # scripts without ASCII letters; short non-ASCII tokens are kept
+    "e\u0301 x\u200by tab\tnew\nline",  # a combining mark, a zero-width space, control characters
+)
+"""Texts on which a ranker's query tokens must equal the index's (the built-in tokenizer's)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -119,8 +128,9 @@ def _row(doc: _Doc) -> RecordRow:
     )
 
 
-def _document(ranker: Ranker, doc: _Doc) -> IndexedDocument:
-    counts = [Counter(ranker.tokenize(text)) for text in doc.texts]
+def _document(doc: _Doc) -> IndexedDocument:
+    """``doc`` as the service indexes it: the built-in tokenizer's tokens, whatever the ranker."""
+    counts = [Counter(tokenize(text)) for text in doc.texts]
     terms = {term: tuple(c.get(term, 0) for c in counts) for term in sorted(set().union(*counts))}
     return IndexedDocument(
         record_id=doc.record_id,
@@ -152,18 +162,18 @@ class RankerConformance:
         store.close()
 
     @pytest.fixture
-    def corpus(self, ranker: Ranker, ranker_store: Store) -> Store:
+    def corpus(self, ranker_store: Store) -> Store:
         """``ranker_store`` holding the conformance corpus in one scope and a decoy in another."""
         assert len(FIELDS) == 5
         with ranker_store.write(CONFORMANCE_SCOPE) as unit:
             for doc in _CORPUS:
                 unit.put_record(_row(doc))
                 if doc.indexed:
-                    unit.index_document(_document(ranker, doc))
+                    unit.index_document(_document(doc))
         decoy = _Doc(record_id="mem_zdecoy", texts=_texts(f"{TERM} {TERM} {TERM}"))
         with ranker_store.write(OTHER_SCOPE) as unit:
             unit.put_record(_row(decoy))
-            unit.index_document(_document(ranker, decoy))
+            unit.index_document(_document(decoy))
         return ranker_store
 
     @staticmethod
@@ -185,6 +195,17 @@ class RankerConformance:
         text = f"The {TERM.upper()} relay, calibrated: {TERM}!"
         assert ranker.tokenize(text) == ranker.tokenize(text)
         assert TERM in ranker.tokenize(text)
+
+    @pytest.mark.parametrize("text", _TOKENIZER_SAMPLES)
+    def test_tokenize_matches_the_index(self, ranker: Ranker, text: str) -> None:
+        """Queries are tokenized as the index is (``Ranker.tokenize``).
+
+        The service indexes records with ``graphify-memory:tokenizer:v1``: a query tokenized any
+        other way misses the terms the index holds.
+        """
+        assert ranker.tokenize(text) == tokenize(text), (
+            f"ranker.tokenize({text!r}) differs from the index's tokenizer ({TOKENIZER_VERSION})"
+        )
 
     def test_deterministic(self, ranker: Ranker, corpus: Store) -> None:
         first = self.rank(ranker, corpus, f"{TERM} relay decision")
