@@ -9,18 +9,25 @@ decides one as the host. ``verify --db PATH`` and
 to its files: no checkpoint, not even after a crash left a write-ahead log, no ``-wal`` or
 ``-shm`` file created, and the keys an accept left doomed stay doomed. A store or vault file at
 another schema version is refused, not migrated. While the files have a ``-wal`` (the service has
-them open, or was killed), SQLite reads through it under its reader locks; without one, nothing
-has them open and they are read ``immutable``, and a command whose files changed meanwhile (a
-service started and wrote) exits 1 and asks to be run again rather than print what it read.
+them open, or was killed), SQLite reads through it under its reader locks (a ``-wal`` whose
+``-shm`` does not appear within about a second is refused, since reading would create it);
+without one, nothing has them open and they are read ``immutable``, and a command whose files
+changed meanwhile (a service started and wrote) exits 1 and asks to be run again rather than print
+what it read. ``verify`` first runs SQLite's ``integrity_check`` on the store and the vault: a
+damaged file gets one line of its own and exit status 1, instead of the scopes' lines.
 ``verify`` and ``stats`` print one line per scope; on a database with no scope yet (nothing was
 ever captured) they print none, say so in one line on standard error, and exit 0. ``pending`` on a
 scope with no journal says so on standard error too (a mistyped tenant must not look like "nothing
 pending"). ``adjudicate`` exits 0 only when its decision took effect; accepting a candidate whose
-content was forgotten in the scope needs ``--readmit-forgotten``. A tenant or workspace that no
-host binding can use (empty, not in Unicode NFC) is a usage error.
+content was forgotten in the scope needs ``--readmit-forgotten``; when the store or vault is
+unavailable it says why (a lock another process holds, read-only files). A tenant or workspace
+that no host binding can use (empty, not in Unicode NFC) is a usage error, as is any id option
+that is not valid UTF-8; messages show an id escaped (``repr()``) unless it is plain, and cut short.
+``demo --db PATH`` creates ``PATH`` exclusively, so two demos never share a file.
 
 Every failure ends in one line on standard error and exit status 1 (argparse's usage errors: 2);
-a closed output pipe (``engram-memory demo | head -1``) ends the command quietly with status 1.
+a closed output pipe (``engram-memory demo | head -1``) ends the command quietly with status 1,
+and Ctrl-C with ``interrupted`` on standard error and status 130.
 """
 
 from __future__ import annotations
@@ -30,13 +37,14 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 import attrs
 
@@ -45,12 +53,19 @@ from engram_memory.admin import MemoryAdmin
 from engram_memory.clock import ManualClock, SystemClock
 from engram_memory.connect import OPENING_STORE_NOTE, connect
 from engram_memory.context import ALL_TOOLS, HostBinding
-from engram_memory.errors import EngramError, ErrorCode, PortError, ProtocolError, StoreUnavailableError
+from engram_memory.errors import (
+    EngramError,
+    ErrorCode,
+    PortError,
+    ProtocolError,
+    StoreCorruptError,
+    StoreUnavailableError,
+)
 from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, SQLiteKeyVault
 from engram_memory.policy import DefaultPolicy
 from engram_memory.service import MemoryService
 from engram_memory.stores.sqlite import SQLiteStore
-from engram_memory.stores.sqlite._files import FileMark, file_mark, read_only_uri
+from engram_memory.stores.sqlite._files import FileMark, LogWithoutIndexError, file_mark, read_only_uri
 from engram_memory.stores.sqlite._schema import STORE_APPLICATION_ID, STORE_SCHEMA
 
 __all__ = ["main"]
@@ -63,8 +78,23 @@ STDIO_TOOLS = ALL_TOOLS - {"engram_memory_withdraw", "engram_memory_forget"}
 """What ``serve-mcp`` grants: the four tools that need no human confirmation (withdraw and forget
 would always answer -32603 without one, and a tool that cannot work must not be listed)."""
 _DEMO_FILES = ("", "-wal", "-shm", ".vault", ".vault-wal", ".vault-shm", ".key")
-"""The suffixes of every file a demo on ``--db PATH`` may create."""
+"""The suffixes of every file a demo on ``--db PATH`` may create (the database itself first)."""
 _AS_OWNER = "run the command as the user that owns the files"
+_SHOWN_MAX: Final = 80
+"""How many characters of an id a message shows."""
+_PLAIN_ID: Final = re.compile(r"[A-Za-z0-9._:@+=/-]+")
+"""An id a message may show as is; any other is shown escaped, as ``repr()`` does."""
+_SQLITE_HINTS: Final = {
+    "SQLITE_BUSY": "another process holds the lock; run the command again",
+    "SQLITE_LOCKED": "another process holds the lock; run the command again",
+    "SQLITE_READONLY": f"the files are read-only here; {_AS_OWNER}, on a writable file system",
+    "SQLITE_CANTOPEN": f"a file cannot be opened; {_AS_OWNER}",
+    "SQLITE_FULL": "the disk is full",
+    "SQLITE_IOERR": "an I/O error",
+    "SQLITE_CORRUPT": "a file is damaged; run verify",
+    "SQLITE_NOTADB": "a file is damaged; run verify",
+}
+"""What an operator can do about a failure, by SQLite's primary error name."""
 
 
 class _OutputError(Exception):
@@ -80,13 +110,52 @@ def _say(line: str) -> None:
 
 
 def _reason(exc: BaseException) -> str:
-    """An error's detail notes if it has any, else its constant message; never content.
+    """An error's message followed by its notes; never content.
 
-    The notes name an action and SQLite's error name, or a schema refusal; the note naming the
-    store file is left out, since every message that shows a reason names the file itself.
+    The message is left out when it is only the constant text of an error code and notes say
+    more (their detail). The notes name an action and SQLite's error name, a schema refusal, or
+    the file being opened; the note naming the store file is left out, since every message that
+    shows a reason names the file itself.
     """
     notes = [note for note in getattr(exc, "__notes__", []) if not note.startswith(OPENING_STORE_NOTE)]
-    return "; ".join(notes) if notes else str(exc)
+    generic = isinstance(exc, (EngramError, StoreCorruptError)) and bool(notes)
+    message = "" if generic else str(exc)
+    return "; ".join([message, *notes] if message else notes)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from or while handling, nearest first."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
+
+
+def _cause_hint(exc: BaseException) -> str | None:
+    """What the SQLite error behind ``exc`` means for the operator (``None`` without one); never content."""
+    for link in _chain(exc):
+        if isinstance(link, sqlite3.Error):
+            name = getattr(link, "sqlite_errorname", None) or type(link).__name__
+            return _SQLITE_HINTS.get("_".join(name.split("_")[:2]), f"sqlite error {name}")
+    return None
+
+
+def _shown(value: str) -> str:
+    """``value`` as a message shows an id: as is if plain, else escaped (``repr()``); a long one cut short."""
+    cut = value[:_SHOWN_MAX]
+    shown = cut if _PLAIN_ID.fullmatch(cut) else repr(cut)
+    return shown if len(value) <= _SHOWN_MAX else f"{shown}... ({len(value)} characters)"
+
+
+def _id_argument(value: str) -> str:
+    """An id option's value; one that is not valid UTF-8 (``surrogateescape``d bytes of argv) is a usage error."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError("not valid UTF-8 text") from None
+    return value
 
 
 def _exists(path: str | Path) -> bool:
@@ -258,10 +327,10 @@ def _cmd_demo(options: argparse.Namespace) -> int:
     db = Path(options.db)
     _sqlite_url(db)
     if any(_exists(f"{db}{suffix}") for suffix in ("", ".vault", ".key")):
-        raise SystemExit(f"demo needs a new database file; {db} (or its vault or key) already exists")
+        raise SystemExit(_NOT_NEW.format(db=db))
     if not _exists(db.parent):
         raise SystemExit(f"cannot create {db}: its directory does not exist")
-    created = [Path(f"{db}{suffix}") for suffix in _DEMO_FILES if not _exists(f"{db}{suffix}")]
+    created = _claim(db)
     try:
         return _demo_on(db)
     except BaseException:
@@ -269,6 +338,27 @@ def _cmd_demo(options: argparse.Namespace) -> int:
             with contextlib.suppress(OSError):
                 path.unlink()
         raise
+
+
+_NOT_NEW: Final = "demo needs a new database file; {db} (or its vault or key) already exists"
+
+
+def _claim(db: Path) -> list[Path]:
+    """Create ``db`` empty (mode 0600) if nothing is there; return the files this run may create.
+
+    The creation is exclusive (``O_EXCL``), so of two demos started on one new path only one
+    runs; the other exits with the refusal of an existing file. A symbolic link is followed, as
+    SQLite follows it. The files listed are the database and those of its companions that do not
+    exist yet: a failed demo removes them, and only them.
+    """
+    real = Path(os.path.realpath(db))
+    try:
+        os.close(os.open(real, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        raise SystemExit(_NOT_NEW.format(db=db)) from None
+    except OSError as exc:
+        raise SystemExit(f"cannot create {db}: {exc.strerror}") from None
+    return [real, *(Path(f"{db}{suffix}") for suffix in _DEMO_FILES[1:] if not _exists(f"{db}{suffix}"))]
 
 
 def _demo_on(db: Path, *, where: str | None = None) -> int:
@@ -285,25 +375,30 @@ def _sqlite_url(db: str | Path) -> str:
     return f"sqlite:///{db}"
 
 
-def _require_current_schema(path: str, what: str, application_id: int, current: int) -> None:
-    """Exit unless ``path`` is an engram-memory ``what`` file at schema ``current``; read it read-only.
+def _require_current_schema(path: str, what: str, application_id: int, current: int, *, writer: bool) -> None:
+    """Exit unless ``path`` is an engram-memory ``what`` file at schema ``current``; read its marks only.
 
     The connection is the one the store and the vault open read-only (see ``read_only_uri``): it
-    creates no ``-wal`` or ``-shm`` file and writes nothing.
+    creates no ``-wal`` or ``-shm`` file and writes nothing. A ``writer`` (a command that opens
+    the files read-write next) is not refused for a ``-wal`` without its ``-shm``: it reads the
+    marks through a read-write connection, as its own open will.
     """
     try:
-        conn = sqlite3.connect(read_only_uri(path), uri=True)
-        try:
-            found_id: int = conn.execute("PRAGMA application_id").fetchone()[0]
-            version: int = conn.execute("PRAGMA user_version").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.OperationalError as exc:  # cannot open: permissions, a -shm it cannot read
+        found_id, version = _marks_of(path, writer=writer)
+    except sqlite3.OperationalError as exc:  # cannot open: permissions, a -shm it cannot read, a lock
+        hint = _cause_hint(exc)
+        if writer or hint == _SQLITE_HINTS["SQLITE_BUSY"]:
+            raise SystemExit(f"cannot open {path}: {exc}; {hint}") from None
         raise SystemExit(f"cannot open {path} read-only: {exc}; {_AS_OWNER}") from None
     except sqlite3.Error as exc:
         raise SystemExit(f"cannot open {path}: {exc}") from None
     except PortError as exc:
         raise SystemExit(f"cannot open {path} read-only: {exc}") from None
+    if version < 0:  # no library writes one: a damaged header
+        raise SystemExit(
+            f"cannot open {path}: {what} schema version {version} is impossible: the file is damaged "
+            f"or not an engram-memory {what}"
+        )
     if found_id != application_id or version == 0:
         raise SystemExit(f"cannot open {path}: not an engram-memory {what}")
     if version < current:
@@ -316,6 +411,22 @@ def _require_current_schema(path: str, what: str, application_id: int, current: 
             f"cannot open {path}: {what} schema version {version} is newer than this engram-memory "
             f"supports ({current}); upgrade engram-memory"
         )
+
+
+def _marks_of(path: str, *, writer: bool) -> tuple[int, int]:
+    """``path``'s application id and schema version (``sqlite3.Error`` or ``PortError`` if unreadable)."""
+    try:
+        conn = sqlite3.connect(read_only_uri(path, settle_seconds=0) if writer else read_only_uri(path), uri=True)
+    except LogWithoutIndexError:
+        if not writer:
+            raise
+        conn = sqlite3.connect(path, timeout=5.0)  # creates the -shm, as the command's own open will
+    try:
+        found_id: int = conn.execute("PRAGMA application_id").fetchone()[0]
+        version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+    finally:
+        conn.close()
+    return found_id, version
 
 
 def _mark(path: str) -> tuple[bool, FileMark]:
@@ -341,19 +452,21 @@ def _changed(path: str, before: tuple[bool, FileMark]) -> bool:
     return not (had_wal and has_wal) and now != mark
 
 
-def _require_existing(db: str) -> tuple[str, str]:
+def _require_existing(db: str, *, writer: bool = False) -> tuple[str, str]:
     """Exit unless ``db``, its vault and key file exist and both databases are at the current schema.
 
     Reads only; returns the paths of the store and the vault. A command that works on an existing
-    database must never create or migrate one.
+    database must never create or migrate one. ``writer``: the command opens the files read-write
+    next (see ``_require_current_schema``).
     """
     for path, what in ((db, "database"), (f"{db}.vault", "key vault"), (f"{db}.key", "master key file")):
         if not _exists(path):
             raise SystemExit(f"no {what} at {path}")
     _sqlite_url(db)
-    _require_current_schema(db, "store", STORE_APPLICATION_ID, STORE_SCHEMA.latest)
-    _require_current_schema(f"{db}.vault", VAULT_SCHEMA.kind, VAULT_SCHEMA.application_id, VAULT_SCHEMA.latest)
-    return db, f"{db}.vault"
+    _require_current_schema(db, "store", STORE_APPLICATION_ID, STORE_SCHEMA.latest, writer=writer)
+    vault = f"{db}.vault"
+    _require_current_schema(vault, VAULT_SCHEMA.kind, VAULT_SCHEMA.application_id, VAULT_SCHEMA.latest, writer=writer)
+    return db, vault
 
 
 @contextlib.contextmanager
@@ -381,6 +494,8 @@ def _inspection(db: str) -> Iterator[MemoryService]:
         yield service
     except (EngramError, PortError) as exc:
         failure = _reason(exc)
+    except UnicodeDecodeError:  # a text column of a damaged page: the store's reads pass it through
+        failure = _UNDECODABLE
     finally:
         service.close(destroy_doomed_keys=False)  # closes the read-only connections: writes nothing
     if any(_changed(path, mark) for path, mark in marks.items()):
@@ -389,7 +504,12 @@ def _inspection(db: str) -> Iterator[MemoryService]:
         raise SystemExit(f"cannot read {db}: {failure}")
 
 
+_UNDECODABLE: Final = "a text value is not valid UTF-8: the file is damaged"
+
+
 def _cannot_open(db: str, exc: EngramError | PortError) -> str:
+    if isinstance(exc, LogWithoutIndexError):  # the message says what to do
+        return f"cannot open {db} read-only: {_reason(exc)}"
     if isinstance(exc, StoreUnavailableError):  # cannot open, or cannot read without writing
         return f"cannot open {db} read-only: {_reason(exc)}; {_AS_OWNER}"
     return f"cannot open {db}: {_reason(exc)}"
@@ -406,16 +526,29 @@ def _no_scope(db: str, lines: list[str]) -> None:
             print(f"{db}: no scope has a journal yet", file=sys.stderr, flush=True)
 
 
+def _file_damage(db: str, service: MemoryService) -> list[str]:
+    """One line per file (store, then vault) in which SQLite's ``integrity_check`` finds damage; reads both whole."""
+    lines: list[str] = []
+    for path, opened in ((db, service.store), (f"{db}.vault", service.vault)):
+        if isinstance(opened, (SQLiteStore, SQLiteKeyVault)) and (problems := opened.check_integrity()):
+            more = f"; {len(problems) - 1} more problem(s)" if len(problems) > 1 else ""
+            lines.append(f"{path}: file damaged (SQLite integrity_check: {problems[0]}{more})")
+    return lines
+
+
 def _cmd_verify(options: argparse.Namespace) -> int:
     lines: list[str] = []
     status = 0
     with _inspection(options.db) as service:
+        damage = _file_damage(options.db, service)  # a damaged file makes any journal verdict meaningless
         admin = MemoryAdmin(service)
-        for scope in service.store.scopes():
+        for scope in [] if damage else service.store.scopes():
             report = admin.verify_scope(scope)
             verdict = "ok" if report.ok else f"{report.code} at cursor {report.cursor}"
             lines.append(f"{scope}: {verdict} ({report.high_water})")
             status = status if report.ok else 1
+    if damage:
+        lines, status = damage, 1
     _no_scope(options.db, lines)
     for line in lines:  # only once the files are known not to have changed meanwhile
         _say(line)
@@ -473,13 +606,15 @@ def _cmd_adjudicate(options: argparse.Namespace) -> int:
     if options.readmit_forgotten and options.decision != "accept":
         usage_error: Callable[[str], NoReturn] = options.usage_error
         usage_error("argument --readmit-forgotten: only with --decision accept")
-    _require_existing(options.db)
+    _require_existing(options.db, writer=True)
     try:
         service = connect(_sqlite_url(options.db))
     except (EngramError, PortError) as exc:
         raise SystemExit(f"cannot open {options.db}: {_reason(exc)}") from None
     try:
         line = _adjudicate(service, scope, options)
+    except UnicodeDecodeError:  # a text column of a damaged page: the store's reads pass it through
+        raise SystemExit(f"adjudicate {_shown(options.candidate)}: {_UNDECODABLE}") from None
     finally:
         service.close()
     _say(line)
@@ -490,7 +625,7 @@ def _adjudicate(service: MemoryService, scope: str, options: argparse.Namespace)
     """The line ``adjudicate`` prints once its decision took effect; exits 1 with the reason otherwise."""
     admin = MemoryAdmin(service)
     where = {"tenant_id": options.tenant, "workspace_id": options.workspace}
-    failed = f"adjudicate {options.candidate}"
+    failed = f"adjudicate {_shown(options.candidate)}"
     try:
         # only for the closing line: the library itself refuses forgotten content without the flag
         waiting = (
@@ -510,7 +645,9 @@ def _adjudicate(service: MemoryService, scope: str, options: argparse.Namespace)
                 f"{failed}: its content was forgotten in this scope, and accepting it re-admits erased "
                 "content: pass --readmit-forgotten to do so (nothing was decided)"
             ) from None
-        raise SystemExit(f"{failed}: {exc.code.value} ({exc.public_message})") from None
+        hint = _cause_hint(exc)
+        detail = exc.public_message + (f": {hint}" if hint else "")
+        raise SystemExit(f"{failed}: {exc.code.value} ({detail})") from None
     except (PortError, ValueError) as exc:
         raise SystemExit(f"{failed}: {_reason(exc)}") from None
     outcome = result.outcome
@@ -585,8 +722,8 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
 def _scope_arguments(command: argparse.ArgumentParser, *, db: str) -> None:
     """``--db`` (described by ``db``), ``--tenant`` and ``--workspace``: the file and the scope a command works on."""
     command.add_argument("--db", required=True, help=db)
-    command.add_argument("--tenant", required=True, help="tenant id of the scope")
-    command.add_argument("--workspace", required=True, help="workspace id of the scope")
+    command.add_argument("--tenant", required=True, type=_id_argument, help="tenant id of the scope")
+    command.add_argument("--workspace", required=True, type=_id_argument, help="workspace id of the scope")
     command.set_defaults(usage_error=command.error)
 
 
@@ -609,7 +746,9 @@ def _parser() -> argparse.ArgumentParser:
         help="re-derive every scope's journal chain and state",
         description=(
             "Re-derive every scope's journal hash chain and folded state and compare them with the stored "
-            "state and sealed bodies. Prints one line per scope; exits 1 if any scope fails, naming "
+            "state and sealed bodies, after SQLite's integrity_check of the database and key vault files (a "
+            "damaged file gets one line and exit status 1 instead; the check reads both files whole). Prints "
+            "one line per scope; exits 1 if any scope fails, naming "
             "the code (JOURNAL_CORRUPT, CURSOR_GAP, BLOB_MISSING) and the first bad cursor. On a database "
             "with no scope yet it says so on standard error and exits 0. Never modifies the "
             "files: a database or key vault at another schema version is refused, not migrated."
@@ -657,7 +796,7 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     _scope_arguments(adjudicate, db="the SQLite database file")
-    adjudicate.add_argument("--candidate", required=True, help="the candidate id (from `pending`)")
+    adjudicate.add_argument("--candidate", required=True, type=_id_argument, help="the candidate id (from `pending`)")
     adjudicate.add_argument("--decision", required=True, choices=("accept", "reject"), help="the host's decision")
     adjudicate.add_argument(
         "--readmit-forgotten",
@@ -675,9 +814,9 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     _scope_arguments(serve, db="the SQLite database file (created if missing)")
-    serve.add_argument("--principal", required=True, help="the principal every call runs as")
-    serve.add_argument("--purpose", required=True, help="the bound purpose_ref")
-    serve.add_argument("--agent", default="mcp-agent", help="agent id recorded in receipts")
+    serve.add_argument("--principal", required=True, type=_id_argument, help="the principal every call runs as")
+    serve.add_argument("--purpose", required=True, type=_id_argument, help="the bound purpose_ref")
+    serve.add_argument("--agent", default="mcp-agent", type=_id_argument, help="agent id recorded in receipts")
     serve.add_argument(
         "--admission",
         choices=("adjudicate", "accept", "reject"),
@@ -688,11 +827,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+_INTERRUPTED: Final = 130
+"""The exit status of a command stopped by Ctrl-C (SIGINT), as shells report it: 128 + 2."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``engram-memory`` console script."""
+    """Entry point of the ``engram-memory`` console script: the command's exit status.
+
+    A usage error exits 2 (argparse), a failure 1 with one line on standard error, and Ctrl-C
+    130 with ``interrupted`` on standard error.
+    """
     options = _parser().parse_args(argv)
     try:
         status: int = options.run(options)
+    except KeyboardInterrupt:  # Ctrl-C: each command has cleaned up on the way out (a demo removed its files)
+        with contextlib.suppress(OSError, ValueError):
+            print("interrupted", file=sys.stderr, flush=True)
+        return _INTERRUPTED
     except _OutputError as exc:
         cause = exc.__cause__
         if isinstance(cause, BrokenPipeError):  # the reader left (`| head`): stop quietly, as Python's docs advise

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Callable
-from typing import Final, Literal
+from pathlib import Path
+from typing import Final, Literal, NoReturn
 
 from engram_memory.clock import SystemClock
+from engram_memory.errors import MissingFileError
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.policy import DefaultPolicy
 from engram_memory.ports import Clock, KeyVault, Policy, Ranker, Store
@@ -58,7 +61,10 @@ def connect(
 
     Opening a SQLite URL raises what its store or key vault raises (``StoreUnavailableError`` for
     a missing directory, ``MasterKeyError`` for a key that does not open the vault, ...), with an
-    exception note naming the file it was opening: the driver's message names none.
+    exception note naming the file it was opening: the driver's message names none. It raises
+    :class:`~engram_memory.errors.MissingFileError`, creating nothing, when ``<path>.vault`` is
+    missing beside a store that holds a journal, or ``<path>`` beside an existing vault (without
+    ``vault=``): a brand-new vault or store there would hide the loss, not repair it.
     """
     if synchronous not in _SYNCHRONOUS:
         raise ValueError("synchronous must be 'FULL' or 'NORMAL'")
@@ -90,6 +96,13 @@ def _open_sqlite(
     """
     from engram_memory.stores.sqlite import SQLiteStore  # noqa: PLC0415 - the core never imports sqlite3
 
+    vault_path = path + ".vault"
+    vault_existed = vault is None and _holds_bytes(vault_path)
+    if vault_existed and not _holds_bytes(path):
+        raise MissingFileError(
+            f"the store {path!r} of the existing key vault {vault_path!r} is missing: restore it beside "
+            "the vault, or move the vault and its key file away to start a new memory"
+        )
     try:
         store = SQLiteStore(path, synchronous=synchronous)
     except Exception as exc:
@@ -100,15 +113,33 @@ def _open_sqlite(
     from engram_memory.keyvaults.sqlite import SQLiteKeyVault  # noqa: PLC0415 - same
 
     try:
+        if not vault_existed and store.scopes():
+            _missing_vault(path, vault_path)
         if master_key is not None:
-            return store, SQLiteKeyVault(path + ".vault", master_key)
-        return store, SQLiteKeyVault(path + ".vault", master_key_file=path + ".key")
+            return store, SQLiteKeyVault(vault_path, master_key)
+        return store, SQLiteKeyVault(vault_path, master_key_file=path + ".key")
     except BaseException as exc:
         store.close()
-        if isinstance(exc, Exception):
+        if isinstance(exc, Exception) and not isinstance(exc, MissingFileError):
             key_file = "" if master_key is not None else f" with the key file {path + '.key'!r}"
-            exc.add_note(f"opening the SQLite key vault {path + '.vault'!r}{key_file}")
+            exc.add_note(f"opening the SQLite key vault {vault_path!r}{key_file}")
         raise
+
+
+def _missing_vault(path: str, vault_path: str) -> NoReturn:
+    raise MissingFileError(
+        f"the key vault {vault_path!r} of the existing store {path!r} is missing: restore it beside "
+        "the store (nothing the store holds can be read without it)"
+    )
+
+
+def _holds_bytes(path: str) -> bool:
+    """Whether ``path`` is a file with content (an empty file is what a failed first open may leave)."""
+    try:
+        status = Path(path).stat()
+    except OSError:
+        return False
+    return stat.S_ISREG(status.st_mode) and status.st_size > 0
 
 
 def _sqlite_path(url: str) -> str:

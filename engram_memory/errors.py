@@ -30,6 +30,7 @@ __all__ = [
     "ErrorCode",
     "JsonRpcCode",
     "KeyUnavailableError",
+    "MissingFileError",
     "PortError",
     "ProtocolError",
     "SealIntegrityError",
@@ -260,6 +261,14 @@ class StoreCorruptError(PortError):
 
 class KeyUnavailableError(PortError):
     """The data key is unknown or destroyed: the sealed content is gone for good."""
+
+
+class MissingFileError(PortError):
+    """One file of a SQLite memory is missing while the other holds data.
+
+    A store without its key vault, or a key vault without its store: a partial restore, an
+    unmounted volume, a mistyped path. Raised before anything is created; not retriable as is.
+    """
 
 
 class SealIntegrityError(PortError):

@@ -387,7 +387,6 @@ def test_pending_on_a_scope_without_a_journal_says_so_on_stderr(
         pytest.param("", "", id="both-empty"),
         pytest.param("acme", "", id="empty-workspace"),
         pytest.param("e\u0301", "platform", id="nfd-tenant"),
-        pytest.param("acme", "\udcff", id="undecodable-workspace"),
     ],
 )
 def test_ids_no_binding_could_use_are_a_usage_error(

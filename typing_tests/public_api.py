@@ -101,6 +101,17 @@ def host_maintenance(admin: MemoryAdmin) -> None:
     assert_type(MemoryAdmin.scope(tenant_id="t", workspace_id="w"), str)
     admin.pending_candidate(tenant_id="t", workspace_id="w")  # type: ignore[call-arg]
     admin.adjudicate(tenant_id="t", workspace_id="w", candidate_id="c", decision="maybe")  # type: ignore[arg-type]
+    readmitted = admin.adjudicate(
+        tenant_id="t", workspace_id="w", candidate_id="c", decision="accept", readmit_forgotten=True
+    )
+    assert_type(readmitted, RequestAdmissionResult)
+    admin.adjudicate(
+        tenant_id="t",
+        workspace_id="w",
+        candidate_id="c",
+        decision="accept",
+        readmit_forgotten="yes",  # type: ignore[arg-type]
+    )
     admin.pending_candidates("t", "w")  # type: ignore[call-arg]
 
 

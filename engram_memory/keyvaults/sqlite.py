@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import secrets
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -46,11 +48,18 @@ from engram_memory.errors import KeyUnavailableError, PortError, SealIntegrityEr
 from engram_memory.keyvaults._aead import new_key, open_sealed, seal_with
 from engram_memory.ports import SealedEnvelope
 from engram_memory.stores.sqlite._errors import translate
-from engram_memory.stores.sqlite._files import check_current_schema, connect_read_only, create_private, read_only_uri
+from engram_memory.stores.sqlite._files import (
+    check_current_schema,
+    connect_read_only,
+    create_private,
+    integrity_problems,
+    read_only_uri,
+)
 from engram_memory.stores.sqlite._schema import Migration, SchemaSpec, enter_wal, migrate
 
 __all__ = ["VAULT_SCHEMA", "MasterKeyError", "SQLiteKeyVault"]
 
+_log = logging.getLogger(__name__)
 _KEY_BYTES: Final = 32
 _DEFAULT_RESERVE: Final = 32
 _DELETE_CHUNK: Final = 500
@@ -130,15 +139,29 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
 
 
 def _read_key_file(path: Path) -> bytes | None:
-    """The 32-byte master key stored at ``path``, ``None`` if the file does not exist."""
+    """The 32-byte master key stored at ``path``, ``None`` if the file does not exist.
+
+    A key file that its group or others may read or write is used, with a warning on the
+    ``engram_memory`` logger (a restore or a configuration tool that ignores modes leaves such
+    files; a secret volume may mount them so on purpose).
+    """
     try:
-        data = path.read_bytes()
+        with path.open("rb") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            data = file.read(_KEY_BYTES + 1)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise MasterKeyError("the master key file cannot be read") from exc
     if len(data) != _KEY_BYTES:
         raise MasterKeyError("the master key file does not hold exactly 32 bytes")
+    if os.name == "posix" and stat.S_IMODE(mode) & 0o077:
+        _log.warning(
+            "the master key file %s is open to its group or others (mode %04o): "
+            "anyone who can read it can decrypt the memory; make it 0600",
+            path,
+            stat.S_IMODE(mode),
+        )
     return data
 
 
@@ -444,6 +467,24 @@ class SQLiteKeyVault:
             conn.execute("PRAGMA synchronous = FULL")
 
     # ------------------------------------------------------------------ extras
+
+    def check_integrity(self) -> list[str]:
+        """The damage SQLite's ``PRAGMA integrity_check`` finds in the vault file: one text per problem, ``[]`` if none.
+
+        Costly: it reads every page of the file. It writes nothing (a read-only vault runs it too).
+        A damaged index can make a key that is still in the file look missing (``open`` then raises
+        ``KeyUnavailableError``): check this before concluding that keys are gone. The texts are
+        SQLite's (table and index names, row numbers), never key material.
+
+        Raises:
+            StoreUnavailableError: the vault is closed, the file is locked past the busy timeout or
+                cannot be read.
+        """
+        with self._lock:
+            try:
+                return integrity_problems(self._live())
+            except sqlite3.Error as exc:
+                raise translate(exc, "check integrity") from exc
 
     def holds(self, key_ref: str) -> bool:
         """Whether the key still exists (for tests and audits)."""

@@ -65,7 +65,13 @@ from engram_memory.stores.sqlite._errors import (
     translate,
     translated,
 )
-from engram_memory.stores.sqlite._files import check_current_schema, connect_read_only, create_private, read_only_uri
+from engram_memory.stores.sqlite._files import (
+    check_current_schema,
+    connect_read_only,
+    create_private,
+    integrity_problems,
+    read_only_uri,
+)
 from engram_memory.stores.sqlite._schema import STORE_SCHEMA, enter_wal, migrate, schema_version
 
 _log = logging.getLogger("engram_memory")
@@ -1058,6 +1064,21 @@ class SQLiteStore:
             return {name: conn.execute(f"PRAGMA {name}").fetchone()[0] for name in names}
 
         return cast("dict[str, int | str]", self._inspect(read))
+
+    def check_integrity(self) -> list[str]:
+        """The damage SQLite's ``PRAGMA integrity_check`` finds in the file: one text per problem, ``[]`` if none.
+
+        Costly: it reads every page of the file (run it from maintenance, not on a request path).
+        It writes nothing (a read-only store runs it too) and checks SQLite's own structures
+        (B-trees, index entries, free pages), not the journal: ``MemoryAdmin.verify`` does that,
+        and its verdicts mean little on a file this finds damaged. The texts are SQLite's (table and
+        index names, row numbers), never stored values.
+
+        Raises:
+            StoreUnavailableError: the store is closed, the file is locked past the busy timeout or
+                cannot be read.
+        """
+        return cast("list[str]", self._inspect(integrity_problems))
 
     def _inspect(self, probe: Callable[[sqlite3.Connection], Any]) -> Any:
         conn = self._acquire()

@@ -7,7 +7,9 @@ Read-only opening (``read_only=True`` of the store and the vault) follows SQLite
 WAL database opened read-only. While the file has a ``-wal`` (a process has it open, or one was
 killed), a ``mode=ro`` connection reads through the log under SQLite's usual reader locks, so a
 writer may keep writing; it needs the ``-shm`` index to exist (SQLite would create a missing one,
-so that case is refused). Without a ``-wal`` no process has the file open, and it is read
+so that case is refused once it outlasts a short re-check: a process opening the file creates the
+``-wal`` just before the ``-shm``, and one closing it removes them in the other order). Without a
+``-wal`` no process has the file open, and it is read
 ``immutable``: no lock is taken and no ``-wal`` or ``-shm`` is created (a ``mode=ro`` connection
 would create both, and leave them behind). ``immutable`` is only correct while nothing writes the
 file, so a caller that may race a writer compares :func:`file_mark` before and after it reads.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Final
 
@@ -27,15 +30,37 @@ from engram_memory.errors import StoreUnavailableError
 from engram_memory.stores.sqlite._errors import MigrationLedgerError
 from engram_memory.stores.sqlite._schema import SchemaSpec, migrate
 
-__all__ = ["FileMark", "check_current_schema", "connect_read_only", "create_private", "file_mark", "read_only_uri"]
+__all__ = [
+    "FileMark",
+    "LogWithoutIndexError",
+    "check_current_schema",
+    "connect_read_only",
+    "create_private",
+    "file_mark",
+    "integrity_problems",
+    "read_only_uri",
+]
 
 FileMark = tuple[int, int, int, int]
 """A file's device, inode, size and modification time (ns): what changes when anything writes it."""
 
 _WAL_WITHOUT_SHM: Final = (
-    "the file has a write-ahead log without its -shm index, and reading it would create one; "
-    "open it read-write once (as the user that owns it) to recover it"
+    "the file has a write-ahead log without its -shm index, and reading it would create one: another "
+    "process may be opening or closing it, or hold it in exclusive locking mode, or one was killed; run "
+    "the command again, and if this persists while no process has the file open, open it read-write "
+    "once (as the user that owns it) to recover it"
 )
+_SETTLE_SECONDS: Final = 1.0
+"""How long :func:`read_only_uri` re-checks a ``-wal`` without its ``-shm`` before refusing the file."""
+_SETTLE_STEP: Final = 0.02
+
+
+class LogWithoutIndexError(StoreUnavailableError):
+    """The file kept a ``-wal`` without its ``-shm`` for the whole re-check: it cannot be read without writing.
+
+    Usually transient (another process opening or closing the file); it persists while a process
+    holds the file in exclusive locking mode, or after one was killed at the wrong moment.
+    """
 
 
 def create_private(path: str) -> None:
@@ -49,18 +74,27 @@ def create_private(path: str) -> None:
         os.close(os.open(os.path.realpath(path), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
-def read_only_uri(path: str) -> str:
+def read_only_uri(path: str, *, settle_seconds: float = _SETTLE_SECONDS) -> str:
     """The SQLite URI that reads ``path`` without writing or creating any file (see the module docstring).
 
+    A ``-wal`` without its ``-shm`` is looked at again every few milliseconds for up to
+    ``settle_seconds``: another process opening or closing the file passes through that state.
+
     Raises:
-        StoreUnavailableError: the file has a ``-wal`` but no ``-shm``, which a read would create.
+        LogWithoutIndexError: the file kept a ``-wal`` but no ``-shm`` (which a read would create)
+            for the whole re-check.
     """
     real = Path(os.path.realpath(path))
-    if not real.with_name(f"{real.name}-wal").exists():
-        return real.as_uri() + "?mode=ro&immutable=1"
-    if not real.with_name(f"{real.name}-shm").exists():
-        raise StoreUnavailableError(_WAL_WITHOUT_SHM)
-    return real.as_uri() + "?mode=ro"
+    wal, shm = real.with_name(f"{real.name}-wal"), real.with_name(f"{real.name}-shm")
+    deadline = time.monotonic() + settle_seconds
+    while True:
+        if not wal.exists():
+            return real.as_uri() + "?mode=ro&immutable=1"
+        if shm.exists():
+            return real.as_uri() + "?mode=ro"
+        if time.monotonic() >= deadline:
+            raise LogWithoutIndexError(_WAL_WITHOUT_SHM)
+        time.sleep(_SETTLE_STEP)
 
 
 def file_mark(path: str) -> FileMark:
@@ -91,6 +125,26 @@ def connect_read_only(uri: str, *, busy_timeout_ms: int, cached_statements: int 
         conn.close()
         raise
     return conn
+
+
+def integrity_problems(conn: sqlite3.Connection) -> list[str]:
+    """The problems SQLite's ``PRAGMA integrity_check`` finds in ``conn``'s file (``[]`` when it is sound).
+
+    Reads every page of the file (its cost grows with the file). It checks SQLite's structures:
+    the B-trees, the free list, and that every index holds exactly its table's rows
+    (``quick_check`` skips that last part, and with it the damage a flipped index page does); not
+    that values make sense to this library. A check that SQLite cannot complete because the file
+    is damaged is reported as one problem; any other ``sqlite3.Error`` (a lock, an I/O error)
+    propagates. The texts are SQLite's (table and index names, row numbers), made printable.
+    """
+    try:
+        rows = conn.execute("SELECT CAST(integrity_check AS BLOB) FROM pragma_integrity_check").fetchall()
+    except sqlite3.DatabaseError as exc:
+        if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) not in {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}:
+            raise
+        return [f"the check could not complete: {getattr(exc, 'sqlite_errorname', None) or 'SQLITE_CORRUPT'}"]
+    found = [bytes(row[0]).decode("utf-8", errors="backslashreplace") for row in rows]
+    return [] if found == ["ok"] else [text if text.isprintable() else ascii(text) for text in found]
 
 
 def check_current_schema(conn: sqlite3.Connection, spec: SchemaSpec) -> None:

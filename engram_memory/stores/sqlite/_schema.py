@@ -344,9 +344,29 @@ def schema_version(conn: sqlite3.Connection) -> int:
 
 
 def _check(conn: sqlite3.Connection, spec: SchemaSpec) -> int:
-    """Validate the file's marks and ledger against ``spec``; return its schema version."""
+    """Validate the file's marks and ledger against ``spec``; return its schema version.
+
+    A negative version (no library writes one: a damaged header) and a schema or ledger that
+    cannot be decoded (a damaged page) are :class:`MigrationLedgerError`, as a foreign file is.
+    """
+    try:
+        return _check_marks(conn, spec)
+    except (UnicodeDecodeError, sqlite3.DataError) as exc:
+        # a damaged schema text: SQLite's error message quotes it, and sqlite3 fails to decode that message
+        raise _unreadable(spec, None) from exc
+
+
+def _check_marks(conn: sqlite3.Connection, spec: SchemaSpec) -> int:
+    """:func:`_check` itself; a damaged page may raise ``UnicodeDecodeError`` or ``sqlite3.DataError``."""
     version = schema_version(conn)
     application_id: int = conn.execute("PRAGMA application_id").fetchone()[0]
+    if version < 0:
+        raise MigrationLedgerError(
+            f"{spec.kind} schema version {version} is impossible: the file is damaged or not an engram-memory "
+            f"{spec.kind} database",
+            found=version,
+            supported=spec.latest,
+        )
     if version == 0:
         objects = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         if objects or application_id not in {0, spec.application_id}:
@@ -360,16 +380,39 @@ def _check(conn: sqlite3.Connection, spec: SchemaSpec) -> int:
             found=version,
             supported=spec.latest,
         )
-    try:
-        ledger = conn.execute("SELECT version, name, checksum FROM schema_migrations ORDER BY version").fetchall()
-    except sqlite3.OperationalError as exc:
-        raise MigrationLedgerError("schema ledger is missing", found=version, supported=spec.latest) from exc
+    ledger = _ledger(conn, spec, version)
     expected = [(m.version, m.name, m.checksum) for m in spec.migrations[:version]]
-    if [tuple(row) for row in ledger] != expected:
+    if ledger != expected:
         raise MigrationLedgerError(
             f"schema ledger does not match the shipped {spec.kind} migrations", found=version, supported=spec.latest
         )
     return version
+
+
+def _ledger(conn: sqlite3.Connection, spec: SchemaSpec, version: int) -> list[tuple[object, ...]]:
+    """The ``schema_migrations`` rows; :class:`MigrationLedgerError` if the table is missing or undecodable.
+
+    The text is read as bytes and decoded here: a damaged page can hold text that is not UTF-8,
+    which ``sqlite3`` would report as an ``OperationalError`` quoting the bytes.
+    """
+    try:
+        rows = conn.execute(
+            "SELECT version, CAST(name AS BLOB), CAST(checksum AS BLOB) FROM schema_migrations ORDER BY version"
+        ).fetchall()
+    except sqlite3.OperationalError as exc:
+        raise MigrationLedgerError("schema ledger is missing", found=version, supported=spec.latest) from exc
+    try:
+        return [
+            (number, bytes(name).decode("utf-8"), bytes(checksum).decode("utf-8")) for number, name, checksum in rows
+        ]
+    except (UnicodeDecodeError, TypeError) as exc:  # TypeError: a NULL where the schema forbids one
+        raise _unreadable(spec, version) from exc
+
+
+def _unreadable(spec: SchemaSpec, version: int | None) -> MigrationLedgerError:
+    return MigrationLedgerError(
+        f"schema ledger is unreadable: the {spec.kind} file is damaged", found=version, supported=spec.latest
+    )
 
 
 def enter_wal(conn: sqlite3.Connection, spec: SchemaSpec, *, busy_timeout_ms: int) -> None:
