@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import pytest
@@ -17,6 +18,14 @@ from engram_memory.stores.memory import InMemoryStore
 from engram_memory.testing import PolicyOverride, capture_args, confirm, make_binding
 
 WORDS = ("zqalphaalphaalpha", "zqbetabetabeta", "zqgammagammag")
+
+
+def _value(service: MemoryService, binding: HostBinding, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The value of a call that must succeed."""
+    envelope = service.call_tool(tool, args, binding)
+    assert envelope["ok"] is True, envelope
+    value: dict[str, Any] = envelope["output"]["value"]
+    return value
 
 
 def test_content_forgotten_while_the_policy_decides_stays_pending_adjudication() -> None:
@@ -34,12 +43,7 @@ def test_content_forgotten_while_the_policy_decides_stays_pending_adjudication()
         store=store, vault=InMemoryKeyVault(), policy=PolicyOverride(base, decide=decide), clock=clock
     )
     binding = make_binding()
-
-    def call(tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        envelope = service.call_tool(tool, args, binding)
-        assert envelope["ok"] is True, envelope
-        value: dict[str, Any] = envelope["output"]["value"]
-        return value
+    call = partial(_value, service, binding)
 
     first = call("engram_memory_capture", capture_args("race-capture-first-01", words=WORDS))["candidate_id"]
     admission = {"candidate_id": first, "idempotency_key": "race-admission-first"}
@@ -95,12 +99,7 @@ def test_content_forgotten_while_the_host_decides_is_not_readmitted_unasked() ->
     )
     binding = make_binding()
     admin = MemoryAdmin(service)
-
-    def call(tool: str, args: dict[str, Any], bound: HostBinding = binding) -> dict[str, Any]:
-        envelope = service.call_tool(tool, args, bound)
-        assert envelope["ok"] is True, envelope
-        value: dict[str, Any] = envelope["output"]["value"]
-        return value
+    call = partial(_value, service, binding)
 
     first = call("engram_memory_capture", capture_args("host-race-capture-01", words=WORDS))["candidate_id"]
     admission = {"candidate_id": first, "idempotency_key": "host-race-admission-1"}
@@ -111,7 +110,9 @@ def test_content_forgotten_while_the_host_decides_is_not_readmitted_unasked() ->
     assert reviewed.forgotten is False  # what the reviewer saw
     forget = {"record_id": record_id, "idempotency_key": "host-race-forget-0001", "reason_ref": "erasure"}
     store.before_next_write.append(
-        lambda: call("engram_memory_forget", forget, confirm(service, "engram_memory_forget", forget, binding, clock))
+        lambda: _value(
+            service, confirm(service, "engram_memory_forget", forget, binding, clock), "engram_memory_forget", forget
+        )
     )
 
     with pytest.raises(EngramError) as refused:
