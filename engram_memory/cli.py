@@ -25,6 +25,12 @@ that no host binding can use (empty, not in Unicode NFC) is a usage error, as is
 that is not valid UTF-8; messages show an id escaped (``repr()``) unless it is plain, and cut short.
 ``demo --db PATH`` creates ``PATH`` exclusively, so two demos never share a file.
 
+The key vault ``PATH.vault`` opens under the master key in ``PATH.key`` beside the database or,
+with ``--key-file KEY`` (``verify``, ``stats``, ``pending``, ``adjudicate``, ``serve-mcp``), in
+``KEY``: a key kept apart from the database and its backups. Only ``demo``, and ``serve-mcp``
+without ``--key-file`` on a new database, create a key file (``PATH.key``); otherwise a missing
+key file is named in one line, and a key that does not open the vault is refused.
+
 Every failure ends in one line on standard error and exit status 1 (argparse's usage errors: 2);
 a closed output pipe (``engram-memory demo | head -1``) ends the command quietly with status 1,
 and Ctrl-C with ``interrupted`` on standard error and status 130.
@@ -61,8 +67,9 @@ from engram_memory.errors import (
     StoreCorruptError,
     StoreUnavailableError,
 )
-from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, SQLiteKeyVault
+from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, MasterKeyError, SQLiteKeyVault, _read_key_file
 from engram_memory.policy import DefaultPolicy
+from engram_memory.ports import Policy
 from engram_memory.service import MemoryService
 from engram_memory.stores.sqlite import SQLiteStore
 from engram_memory.stores.sqlite._files import FileMark, LogWithoutIndexError, file_mark, read_only_uri
@@ -452,14 +459,20 @@ def _changed(path: str, before: tuple[bool, FileMark]) -> bool:
     return not (had_wal and has_wal) and now != mark
 
 
-def _require_existing(db: str, *, writer: bool = False) -> tuple[str, str]:
-    """Exit unless ``db``, its vault and key file exist and both databases are at the current schema.
+def _key_file_of(options: argparse.Namespace) -> str:
+    """The master key file a command reads: ``--key-file``, by default ``<db>.key`` beside the database."""
+    key_file: str | None = options.key_file
+    return key_file if key_file is not None else f"{options.db}.key"
+
+
+def _require_existing(db: str, key_file: str, *, writer: bool = False) -> tuple[str, str]:
+    """Exit unless ``db``, its vault and ``key_file`` exist and both databases are at the current schema.
 
     Reads only; returns the paths of the store and the vault. A command that works on an existing
     database must never create or migrate one. ``writer``: the command opens the files read-write
     next (see ``_require_current_schema``).
     """
-    for path, what in ((db, "database"), (f"{db}.vault", "key vault"), (f"{db}.key", "master key file")):
+    for path, what in ((db, "database"), (f"{db}.vault", "key vault"), (key_file, "master key file")):
         if not _exists(path):
             raise SystemExit(f"no {what} at {path}")
     _sqlite_url(db)
@@ -470,20 +483,20 @@ def _require_existing(db: str, *, writer: bool = False) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def _inspection(db: str) -> Iterator[MemoryService]:
-    """An existing database opened read-only with its vault and key file; never created, migrated or written.
+def _inspection(db: str, key_file: str) -> Iterator[MemoryService]:
+    """An existing database opened read-only with its vault and ``key_file``; never created, migrated or written.
 
     Exits with a message if a file is missing, cannot be read without writing, is at another
     schema version, or changed while it was read (then whatever was read is not trusted).
     """
-    marks = {path: _mark(path) for path in _require_existing(db)}
+    marks = {path: _mark(path) for path in _require_existing(db, key_file)}
     failure: str | None = None
     try:
         store = SQLiteStore(db, read_only=True)
     except (EngramError, PortError) as exc:
         raise SystemExit(_cannot_open(db, exc)) from None
     try:
-        vault = SQLiteKeyVault(f"{db}.vault", master_key_file=f"{db}.key", read_only=True)
+        vault = SQLiteKeyVault(f"{db}.vault", master_key_file=key_file, read_only=True)
     except (EngramError, PortError) as exc:
         store.close()
         raise SystemExit(_cannot_open(db, exc)) from None
@@ -539,7 +552,7 @@ def _file_damage(db: str, service: MemoryService) -> list[str]:
 def _cmd_verify(options: argparse.Namespace) -> int:
     lines: list[str] = []
     status = 0
-    with _inspection(options.db) as service:
+    with _inspection(options.db, _key_file_of(options)) as service:
         damage = _file_damage(options.db, service)  # a damaged file makes any journal verdict meaningless
         admin = MemoryAdmin(service)
         for scope in [] if damage else service.store.scopes():
@@ -557,7 +570,7 @@ def _cmd_verify(options: argparse.Namespace) -> int:
 
 def _cmd_stats(options: argparse.Namespace) -> int:
     lines: list[str] = []
-    with _inspection(options.db) as service:
+    with _inspection(options.db, _key_file_of(options)) as service:
         for scope in service.store.scopes():
             with service.store.read(scope) as reader:
                 counts: dict[str, int] = {}
@@ -584,7 +597,7 @@ def _scope_of(options: argparse.Namespace) -> str:
 
 def _cmd_pending(options: argparse.Namespace) -> int:
     scope = _scope_of(options)
-    with _inspection(options.db) as service:
+    with _inspection(options.db, _key_file_of(options)) as service:
         listed = MemoryAdmin(service).pending_candidates(tenant_id=options.tenant, workspace_id=options.workspace)
         lines = [json.dumps(attrs.asdict(item), ensure_ascii=False, sort_keys=True) for item in listed]
         journal = scope in service.store.scopes()
@@ -606,11 +619,8 @@ def _cmd_adjudicate(options: argparse.Namespace) -> int:
     if options.readmit_forgotten and options.decision != "accept":
         usage_error: Callable[[str], NoReturn] = options.usage_error
         usage_error("argument --readmit-forgotten: only with --decision accept")
-    _require_existing(options.db, writer=True)
-    try:
-        service = connect(_sqlite_url(options.db))
-    except (EngramError, PortError) as exc:
-        raise SystemExit(f"cannot open {options.db}: {_reason(exc)}") from None
+    _require_existing(options.db, _key_file_of(options), writer=True)
+    service = _connected(options)
     try:
         line = _adjudicate(service, scope, options)
     except UnicodeDecodeError:  # a text column of a damaged page: the store's reads pass it through
@@ -680,6 +690,40 @@ def _terminal(service: MemoryService, scope: str, options: argparse.Namespace) -
     return f"ALREADY_TERMINAL (already {state}; {instead})"
 
 
+def _master_key(db: str, key_file: str | None) -> bytes | None:
+    """The 32 bytes of ``--key-file`` for ``connect(master_key=...)``; ``None`` without it (``<db>.key`` is used).
+
+    Read as the key vault reads its own key file (length checked, a warning for loose modes);
+    exits with one line if the file is missing, unreadable or not 32 bytes. Creates nothing.
+    """
+    if key_file is None:
+        return None
+    try:
+        key = _read_key_file(Path(key_file))
+    except MasterKeyError as exc:
+        raise SystemExit(f"cannot open {db}: {exc}; reading the key file {key_file!r}") from None
+    if key is None:
+        raise SystemExit(f"no master key file at {key_file}")
+    return key
+
+
+def _connected(options: argparse.Namespace, policy: Policy | None = None) -> MemoryService:
+    """``connect()`` on ``--db`` under the master key of ``--key-file`` (default ``<db>.key``); exits on failure.
+
+    A failure is one line naming the database, and the key file as ``connect()`` names its default one.
+    """
+    key_file: str | None = options.key_file
+    master_key = _master_key(options.db, key_file)
+    try:
+        return connect(_sqlite_url(options.db), policy=policy, master_key=master_key)
+    except (EngramError, PortError) as exc:
+        reason = _reason(exc)
+        if key_file is not None:  # connect() names the vault only, since it was given bytes
+            note = f"opening the SQLite key vault {f'{options.db}.vault'!r}"
+            reason = reason.replace(note, f"{note} with the key file {key_file!r}")
+        raise SystemExit(f"cannot open {options.db}: {reason}") from None
+
+
 def _cmd_serve_mcp(options: argparse.Namespace) -> int:
     try:
         import anyio  # noqa: PLC0415 - optional extra
@@ -688,13 +732,10 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
     except ImportError:
         raise SystemExit(f"serve-mcp needs {MCP_EXTRA}") from None
     policy = DefaultPolicy(admission=options.admission)
-    url = _sqlite_url(options.db)
+    _sqlite_url(options.db)
     if not _exists(Path(options.db).parent):
         raise SystemExit(f"cannot open {options.db}: its directory does not exist")
-    try:
-        service = connect(url, policy=policy)
-    except (EngramError, PortError) as exc:
-        raise SystemExit(f"cannot open {options.db}: {_reason(exc)}") from None
+    service = _connected(options, policy=policy)
     binding = HostBinding(
         tenant_id=options.tenant,
         workspace_id=options.workspace,
@@ -727,6 +768,31 @@ def _scope_arguments(command: argparse.ArgumentParser, *, db: str) -> None:
     command.set_defaults(usage_error=command.error)
 
 
+def _file_argument(value: str) -> str:
+    """A file path option's value; an empty one names no file (a usage error)."""
+    if not value:
+        raise argparse.ArgumentTypeError("an empty path names no file")
+    return value
+
+
+def _key_file_argument(command: argparse.ArgumentParser, *, default: str = "DB.key beside the database") -> None:
+    """``--key-file``: the file holding the master key of the database's key vault (read, never written)."""
+    command.add_argument(
+        "--key-file",
+        metavar="PATH",
+        type=_file_argument,
+        help="the file holding the key vault's 32-byte master key; it must exist and is only read "
+        f"(default: {default})",
+    )
+
+
+_KEY_FILE: Final = (
+    " The key vault DB.vault opens under the master key in DB.key beside the database, or in --key-file PATH "
+    "for a key kept elsewhere; the key file is never written, and a missing one or a wrong key exits 1."
+)
+"""What a command on an existing database says about its master key."""
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engram-memory", description="Governed long-term memory for AI agents.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -751,10 +817,11 @@ def _parser() -> argparse.ArgumentParser:
             "one line per scope; exits 1 if any scope fails, naming "
             "the code (JOURNAL_CORRUPT, CURSOR_GAP, BLOB_MISSING) and the first bad cursor. On a database "
             "with no scope yet it says so on standard error and exits 0. Never modifies the "
-            "files: a database or key vault at another schema version is refused, not migrated."
+            "files: a database or key vault at another schema version is refused, not migrated." + _KEY_FILE
         ),
     )
     verify.add_argument("--db", required=True, help="the SQLite database file")
+    _key_file_argument(verify)
     verify.set_defaults(run=_cmd_verify)
     stats = commands.add_parser(
         "stats",
@@ -763,10 +830,11 @@ def _parser() -> argparse.ArgumentParser:
             "Print, for every scope of an existing database, its journal height and how many candidates and "
             "records are in each lifecycle state (on a database with no scope yet, it says so on standard error). "
             "Reads only; never prints content. A database or key vault at "
-            "another schema version is refused, not migrated."
+            "another schema version is refused, not migrated." + _KEY_FILE
         ),
     )
     stats.add_argument("--db", required=True, help="the SQLite database file")
+    _key_file_argument(stats)
     stats.set_defaults(run=_cmd_stats)
     pending = commands.add_parser(
         "pending",
@@ -778,10 +846,11 @@ def _parser() -> argparse.ArgumentParser:
             "scope (forgotten: accepting it re-admits erased content). This is the host's review, and it prints "
             "content: run it where the content may be shown. Reads only, like verify. A scope with no journal "
             "(nothing was ever captured there: a mistyped tenant or workspace?) prints nothing and says so on "
-            "standard error; an empty tenant or workspace, or one not in Unicode NFC, is a usage error."
+            "standard error; an empty tenant or workspace, or one not in Unicode NFC, is a usage error." + _KEY_FILE
         ),
     )
     _scope_arguments(pending, db="the SQLite database file")
+    _key_file_argument(pending)
     pending.set_defaults(run=_cmd_pending)
     adjudicate = commands.add_parser(
         "adjudicate",
@@ -792,10 +861,11 @@ def _parser() -> argparse.ArgumentParser:
             "the only way to admit content forgotten in the scope: accepting a candidate whose content was "
             "forgotten (pending shows forgotten: true) is refused unless --readmit-forgotten is given. Prints "
             "the outcome and exits 0 only when the decision took effect; an unknown candidate (NOT_FOUND), one "
-            "already rejected or withdrawn (ALREADY_TERMINAL) or already admitted exits 1 and says so."
+            "already rejected or withdrawn (ALREADY_TERMINAL) or already admitted exits 1 and says so." + _KEY_FILE
         ),
     )
     _scope_arguments(adjudicate, db="the SQLite database file")
+    _key_file_argument(adjudicate)
     adjudicate.add_argument("--candidate", required=True, type=_id_argument, help="the candidate id (from `pending`)")
     adjudicate.add_argument("--decision", required=True, choices=("accept", "reject"), help="the host's decision")
     adjudicate.add_argument(
@@ -810,10 +880,13 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Serve the memory tools over MCP stdio, bound to one tenant, workspace, principal and purpose "
             "(local single-tenant use). withdraw and forget need a host confirmation, which a fixed stdio "
-            "binding cannot carry, so they are not served (-32602, like any ungranted tool)."
+            "binding cannot carry, so they are not served (-32602, like any ungranted tool). The key vault "
+            "DB.vault opens under the master key in DB.key, created with a new database, or in --key-file PATH, "
+            "which must exist and is never written: a new database's vault is made under that key."
         ),
     )
     _scope_arguments(serve, db="the SQLite database file (created if missing)")
+    _key_file_argument(serve, default="DB.key beside the database, created with a new database")
     serve.add_argument("--principal", required=True, type=_id_argument, help="the principal every call runs as")
     serve.add_argument("--purpose", required=True, type=_id_argument, help="the bound purpose_ref")
     serve.add_argument("--agent", default="mcp-agent", type=_id_argument, help="agent id recorded in receipts")
