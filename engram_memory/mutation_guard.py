@@ -339,12 +339,14 @@ class MutationGuard:
 
         Raises:
             EngramError: ``gate_failed`` if more than 30 s passed since its approval (a call that
-                started in time but reached its commit too late) or a racing call used it first.
+                started in time but reached its commit too late), if the clock now reads a time
+                before the approval (it stepped back since the gate was checked), or if a racing
+                call used it first.
         """
         if confirmation is None:
             return
-        if self._clock.now() - confirmation.approved_at > CONFIRMATION_MAX_AGE:
-            raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation expired before the commit")
+        if not timedelta(0) <= self._clock.now() - confirmation.approved_at <= CONFIRMATION_MAX_AGE:
+            raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation outside its window at the commit")
         if unit.confirmation_used(confirmation.id):
             raise EngramError(ErrorCode.GATE_FAILED, detail="confirmation already used")
         unit.consume_confirmation(confirmation.id)

@@ -1,11 +1,12 @@
-"""request_admission re-checks, inside its unit of work, what a concurrent write may have changed
-since its snapshot: content forgotten while the policy decided is not accepted (D7)."""
+"""A mutation re-checks, inside its unit of work, what may have changed since its first checks:
+content forgotten while the policy (or the host) decided is not accepted (D7), and a confirmation
+is still within its window at the commit."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -147,3 +148,33 @@ def test_readmit_forgotten_must_be_a_bool() -> None:
             decision="accept",
             readmit_forgotten="yes",  # type: ignore[arg-type]
         )
+
+
+def test_a_clock_stepping_back_between_the_gate_and_the_commit_fails_the_confirmation() -> None:
+    """The gate found the approval in its window; the unit's re-check finds the clock now before the
+    approval (it stepped back meanwhile): ``gate_failed``, the confirmation unused, nothing written."""
+    clock = ManualClock()
+    store = _StoreWithHooks()
+    service = MemoryService(
+        store=store, vault=InMemoryKeyVault(), policy=DefaultPolicy(admission="accept"), clock=clock
+    )
+    binding = make_binding()
+    candidate = _value(service, binding, "engram_memory_capture", capture_args("clock-back-capture-1"))["candidate_id"]
+    withdraw = {"candidate_id": candidate, "idempotency_key": "clock-back-withdraw-1", "reason_ref": "changed"}
+    approved = confirm(service, "engram_memory_withdraw", withdraw, binding, clock)
+    confirmation = approved.confirmation
+    assert confirmation is not None
+    clock.advance(timedelta(seconds=5))  # the gate runs 5 s after the approval
+    store.before_next_write.append(lambda: clock.set(confirmation.approved_at - timedelta(seconds=1)))
+
+    refused = service.call_tool("engram_memory_withdraw", withdraw, approved)
+
+    assert refused["ok"] is False
+    assert refused["error"]["code"] == "gate_failed"
+    assert not store.before_next_write  # the clock did step back between the gate and the unit
+    with store.read(binding.scope) as reader:
+        assert reader.high_water() == 1  # the capture only
+        assert not reader.confirmation_used(confirmation.id)
+        row = reader.candidate(candidate)
+        assert row is not None
+        assert row.state == "pending"

@@ -19,6 +19,8 @@ every file of the service (``<db>``, ``<db>-wal``, ``<db>.vault``, ``<db>.vault-
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -340,3 +342,71 @@ def test_an_erasure_under_a_reader_commits_and_the_next_one_scrubs_both(
     assert caplog.messages == []
     assert files.holding(digests["first"] | digests["second"]) == []
     assert store.pragmas()["busy_timeout"] == 5000  # the scrub's own timeout of 0 was restored
+
+
+_KILLED_AFTER_AN_ERASURE: Final = """
+import os, sqlite3, sys
+from engram_memory import DefaultPolicy, ManualClock
+from engram_memory.connect import connect
+from engram_memory.keyvaults.sqlite import SQLiteKeyVault
+from engram_memory.testing import capture_args, confirm, make_binding, ok
+from engram_memory.testing.fakes import ADMISSION, CAPTURE, FORGET
+
+db, words = sys.argv[1], tuple(sys.argv[2:])
+clock = ManualClock()
+service = connect("sqlite:///" + db, policy=DefaultPolicy(admission="accept"), clock=clock)
+binding = make_binding("tenant-erasure", "workspace-1")
+captured = ok(service.call_tool(CAPTURE, capture_args("idempotency-key:killed-1", words=words), binding))
+admission = {"candidate_id": captured["candidate_id"], "idempotency_key": "idempotency-key:killed-2"}
+record_id = ok(service.call_tool(ADMISSION, admission, binding))["outcome"]["record_id"]
+reader = sqlite3.connect(db, isolation_level=None)  # a snapshot on the log: the forget cannot truncate it
+reader.execute("BEGIN")
+reader.execute("SELECT count(*) FROM events").fetchone()
+forget = {"record_id": record_id, "idempotency_key": "idempotency-key:killed-3", "reason_ref": "r:1"}
+ok(service.call_tool(FORGET, forget, confirm(service, FORGET, forget, binding, clock)))
+vault = service.vault
+assert isinstance(vault, SQLiteKeyVault)
+key_ref = vault.seal("context", b"zqkilledvaultplaintext").key_ref
+with open(db + ".wrapped", "wb") as out:  # the wrapped key, as the vault file holds it
+    out.write(sqlite3.connect(db + ".vault").execute(
+        "SELECT wrapped FROM data_keys WHERE key_ref = ?", (key_ref,)).fetchone()[0])
+vault_reader = sqlite3.connect(db + ".vault", isolation_level=None)
+vault_reader.execute("BEGIN")
+vault_reader.execute("SELECT count(*) FROM data_keys").fetchone()
+vault._conn.execute("PRAGMA busy_timeout = 50")  # the truncation fails at once rather than in 5 s
+try:
+    vault.destroy(key_ref)  # deleted, but the log keeps the old page: the truncation is busy
+except Exception:
+    pass
+os._exit(0)  # killed: no close, no checkpoint
+"""
+
+
+def test_a_reopen_truncates_the_logs_a_killed_erasure_left(tmp_path: Path) -> None:
+    """A process killed after an erasure's commit, before its log truncation, leaves the old pages in
+    ``-wal`` (term digests of the forgotten record; a destroyed wrapped key): the next read-write
+    open truncates both logs at once, not at the next erasure or the last close."""
+    db = tmp_path / "erasure.db"
+    words = distinctive_words("killed-erasure")
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED_AFTER_AN_ERASURE, str(db), *words], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    files = _Files(db)
+    wrapped = (tmp_path / "erasure.db.wrapped").read_bytes()
+    (tmp_path / "erasure.db.wrapped").unlink()
+    with SQLiteStore(db, read_only=True) as peek:  # reads through the logs, truncates nothing
+        digests = {f"term key of {word}": peek._term_key(word) for word in words}
+    left = digests | {"destroyed wrapped key": wrapped}
+    found = files.holding(left)
+    assert {f"erasure.db-wal: {name}" for name in digests} <= set(found), found
+    assert any(place.endswith(": destroyed wrapped key") for place in found), found  # the log's old page
+
+    service = connect("sqlite:///" + str(db))
+    try:
+        assert files.holding(left) == []  # while the reopened service runs
+        assert Path(f"{db}-wal").stat().st_size == 0
+        assert Path(f"{db}.vault-wal").stat().st_size == 0
+        assert MemoryAdmin(service).verify_scope(BINDING.scope).ok
+    finally:
+        service.close()

@@ -54,6 +54,7 @@ from engram_memory.stores.sqlite._files import (
     create_private,
     integrity_problems,
     read_only_uri,
+    truncate_left_over_wal,
 )
 from engram_memory.stores.sqlite._schema import Migration, SchemaSpec, enter_wal, migrate
 
@@ -283,6 +284,8 @@ class SQLiteKeyVault:
                 self._master = self._open_master_read_only(master_key, master_key_file)
             else:
                 self._master = self._open_master(master_key, master_key_file)
+                # a crash between a destruction's commit and its truncation left the keys in the log
+                truncate_left_over_wal(self._conn, busy_timeout_ms=busy_timeout_ms)
         except BaseException:
             self._conn.close()
             raise

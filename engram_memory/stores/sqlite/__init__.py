@@ -71,6 +71,7 @@ from engram_memory.stores.sqlite._files import (
     create_private,
     integrity_problems,
     read_only_uri,
+    truncate_left_over_wal,
 )
 from engram_memory.stores.sqlite._schema import STORE_SCHEMA, enter_wal, migrate, schema_version
 
@@ -743,18 +744,10 @@ class SQLiteStore:
             create_private(self._path)
         conn = self._connect()
         try:
-            self._check_or_migrate(conn)
-            row = conn.execute("SELECT value FROM meta WHERE name = ?", (_SECRET_NAME,)).fetchone()
-        except sqlite3.Error as exc:
-            conn.close()
-            raise translate(exc, "open") from exc
+            self._secret: bytes = self._first_open(conn)
         except BaseException:
             conn.close()
             raise
-        if row is None or len(row[0]) != 32:  # noqa: PLR2004
-            conn.close()
-            raise StoreCorruptError(ErrorCode.JOURNAL_CORRUPT, "store secret is missing")
-        self._secret: bytes = row[0]
         self._term_secret = hashlib.blake2b(
             b"engram-memory/lexical-term-key/v1", key=self._secret, digest_size=32
         ).digest()
@@ -809,6 +802,20 @@ class SQLiteStore:
             raise
         self._owners[id(conn)] = os.getpid()
         return conn
+
+    def _first_open(self, conn: sqlite3.Connection) -> bytes:
+        """Check (or migrate) the schema, read the store secret and, read-write, truncate a left-over log."""
+        try:
+            self._check_or_migrate(conn)
+            row = conn.execute("SELECT value FROM meta WHERE name = ?", (_SECRET_NAME,)).fetchone()
+        except sqlite3.Error as exc:
+            raise translate(exc, "open") from exc
+        if row is None or len(row[0]) != 32:  # noqa: PLR2004
+            raise StoreCorruptError(ErrorCode.JOURNAL_CORRUPT, "store secret is missing")
+        if self._read_only_uri is None:  # a crash may have left an erasure's old pages in the log
+            truncate_left_over_wal(conn, busy_timeout_ms=self._busy_timeout_ms)
+        secret: bytes = row[0]
+        return secret
 
     def _check_or_migrate(self, conn: sqlite3.Connection) -> None:
         """Bring the file to the current schema; in read-only mode, refuse any other (reading only)."""

@@ -39,6 +39,7 @@ __all__ = [
     "file_mark",
     "integrity_problems",
     "read_only_uri",
+    "truncate_left_over_wal",
 ]
 
 FileMark = tuple[int, int, int, int]
@@ -125,6 +126,27 @@ def connect_read_only(uri: str, *, busy_timeout_ms: int, cached_statements: int 
         conn.close()
         raise
     return conn
+
+
+def truncate_left_over_wal(conn: sqlite3.Connection, *, busy_timeout_ms: int) -> bool:
+    """Checkpoint and truncate the write-ahead log ``conn``'s file was opened with; whether it was truncated.
+
+    A process killed between an erasure's commit and its own truncation leaves the page images
+    from before the erasure in the ``-wal`` (SQLite keeps them until the log is reset). A
+    read-write open calls this, so they leave the log there and then instead of at the next
+    erasure or the last close. Never waits: another process still reading the log keeps it (a
+    busy checkpoint is skipped; its own erasures and its close truncate it), and an error is
+    ignored. ``conn``'s busy timeout is set back to ``busy_timeout_ms``.
+    """
+    try:
+        conn.execute("PRAGMA busy_timeout = 0")
+        busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    except sqlite3.Error:
+        busy = 1
+    finally:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    return not busy
 
 
 def integrity_problems(conn: sqlite3.Connection) -> list[str]:
