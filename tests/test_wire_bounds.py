@@ -377,6 +377,58 @@ def test_list_lengths(tool: str, arguments: Json, expected: Expected) -> None:
     check(tool, arguments, expected)
 
 
+def _floods() -> Iterator[Any]:
+    """Arrays far over their bound whose every item is invalid, each argument object under 1 MiB."""
+    for pointer, _, high, _ in LIST_FIELDS:
+        args = _capture()
+        parent: Any = args
+        *path, name = pointer.strip("/").split("/")
+        for part in path:
+            parent = parent[int(part)] if part.isdigit() else parent[part]
+        parent[name] = [{"zz": 1}] * 100_000
+        yield pytest.param(args, pointer, high, id=pointer)
+
+
+def _leaves(failure: BaseException | None) -> list[BaseException]:
+    """The failures inside ``failure``'s exception groups (itself if it is none)."""
+    leaves: list[BaseException] = []
+    pending = [failure] if failure is not None else []
+    while pending:
+        item = pending.pop()
+        if isinstance(item, BaseExceptionGroup):
+            pending.extend(item.exceptions)
+        else:
+            leaves.append(item)
+    return leaves
+
+
+@pytest.mark.parametrize(("arguments", "pointer", "high"), list(_floods()))
+def test_an_array_over_its_bound_is_refused_before_its_items_are_structured(
+    arguments: Json, pointer: str, high: int
+) -> None:
+    """100,000 invalid items (an argument under 1 MiB) are refused at the array, by its length, with
+    no item's failure behind it: items were structured first, each refusal keeping a traceback
+    (seconds and gigabytes for the whole array), and the first item's failure was the answer."""
+    assert len(json.dumps(arguments, separators=(",", ":")).encode()) < 1_048_576
+    with pytest.raises(EngramError) as refused:
+        parse_args(ARGS_BY_TOOL["engram_memory_capture"], arguments)
+    assert (refused.value.code, refused.value.pointer) == (SCHEMA, pointer)
+    assert any(f"list has 100000 items, allowed at most {high}" in note for note in refused.value.__notes__)
+    assert all(isinstance(leaf, EngramError) for leaf in _leaves(refused.value.__cause__))
+    assert len(_leaves(refused.value.__cause__)) == 1
+
+
+def test_an_array_stops_at_its_first_invalid_item() -> None:
+    """Within its bound, an array of invalid items reports the first, and keeps no other's failure."""
+    args = capture_lists(components=64)
+    for component in args["payload"]["components"]:
+        component["citation_ids"] = [{"zz": 1}] * 256  # 16,384 invalid items in all
+    with pytest.raises(EngramError) as refused:
+        parse_args(ARGS_BY_TOOL["engram_memory_capture"], args)
+    assert (refused.value.code, refused.value.pointer) == (SCHEMA, "/payload/components/0/citation_ids/0")
+    assert len(_leaves(refused.value.__cause__)) == 1
+
+
 # --------------------------------------------------------------------------- structure and types
 
 

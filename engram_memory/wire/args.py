@@ -45,12 +45,8 @@ def _ref() -> Any:
 def _refs(low: int, high: int) -> Any:
     return attrs.field(
         converter=lim.as_items,
-        validator=[
-            lim.items_of(),
-            lim.each(lim.opaque_ref),
-            lim.list_len(low, high),
-            lim.unique_items,
-        ],
+        validator=[lim.items_of(), lim.each(lim.opaque_ref), lim.item_count, lim.unique_items],
+        metadata=lim.item_bounds(low, high),
     )
 
 
@@ -172,12 +168,8 @@ class Reconciliation:
 
     family_refs: tuple[str, ...] = attrs.field(
         converter=lim.as_items,
-        validator=[
-            lim.items_of(),
-            lim.each(lim.opaque_ref),
-            lim.list_len(0, lim.FAMILY_REFS_MAX),
-            lim.sorted_unique,
-        ],
+        validator=[lim.items_of(), lim.each(lim.opaque_ref), lim.item_count, lim.sorted_unique],
+        metadata=lim.item_bounds(0, lim.FAMILY_REFS_MAX),
     )
 
 
@@ -189,12 +181,16 @@ class Payload:
     purpose_ref: str = _ref()
     valid_time: ValidTime = attrs.field(validator=lim.instance(ValidTime))
     components: tuple[Component, ...] = attrs.field(
-        converter=lim.as_items, validator=[lim.items_of(Component), lim.list_len(1, lim.COMPONENTS_MAX)]
+        converter=lim.as_items,
+        validator=[lim.items_of(Component), lim.item_count],
+        metadata=lim.item_bounds(1, lim.COMPONENTS_MAX),
     )
     primary_component_id: str = _ref()
     primary_event: PrimaryEvent = attrs.field(validator=lim.instance(PrimaryEvent))
     citations: tuple[Citation, ...] = attrs.field(
-        converter=lim.as_items, validator=[lim.items_of(Citation), lim.list_len(1, lim.LIST_MAX)]
+        converter=lim.as_items,
+        validator=[lim.items_of(Citation), lim.item_count],
+        metadata=lim.item_bounds(1, lim.LIST_MAX),
     )
     retention: Retention | None = attrs.field(default=None, validator=lim.instance(Retention, optional=True))
     reconciliation: Reconciliation | None = attrs.field(

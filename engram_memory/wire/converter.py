@@ -32,7 +32,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from engram_memory.canonical import is_digest
 from engram_memory.errors import EngramError, ErrorCode
 from engram_memory.wire import args as a
-from engram_memory.wire.limits import MAX_ARGUMENT_BYTES, literal_member
+from engram_memory.wire.limits import ITEM_BOUNDS, MAX_ARGUMENT_BYTES, literal_member, too_many_items
 
 __all__ = [
     "ARGS_BY_TOOL",
@@ -154,31 +154,42 @@ def make_converter() -> cattrs.Converter:  # noqa: C901 - one closure per regist
         (item_type, _) = typing.get_args(tp)
 
         def hook(value: Any, _: Any) -> Any:
+            """The items in order; the first that fails ends it (the report names one leaf anyway).
+
+            Going on would keep one exception, with its traceback, per failing item: with
+            thousands of nested items, seconds and megabytes for the same answer.
+            """
             if type(value) is not list:
                 raise _WireTypeError("expected an array")
             items: list[Any] = []
-            errors: list[Exception] = []
             for index, item in enumerate(value):
                 try:
                     items.append(conv.structure(item, item_type))
-                except Exception as exc:  # noqa: BLE001 - collected into the group below
+                except Exception as exc:  # noqa: BLE001 - any failure of the item, reported as its own
                     exc.__notes__ = [
                         *getattr(exc, "__notes__", []),
                         IterableValidationNote(f"@ index {index}", index, item_type),
                     ]
-                    errors.append(exc)
-            if errors:
-                raise cattrs.IterableValidationError("array items invalid", errors, tp)
+                    raise cattrs.IterableValidationError("array item invalid", [exc], tp) from None
             return tuple(items)
 
         return hook
 
     def strict_class(cl: type) -> Callable[[Any, Any], Any]:
         generated: Callable[[Any, Any], Any] = make_dict_structure_fn(cl, conv)
+        most = [
+            (field.name, field.metadata[ITEM_BOUNDS][1]) for field in attrs.fields(cl) if ITEM_BOUNDS in field.metadata
+        ]
 
         def hook(value: Any, _: Any) -> Any:
             if type(value) is not dict:
                 raise _WireTypeError("expected an object")
+            for name, high in most:  # before any item is structured: refusing each one costs time and memory
+                items = value.get(name)
+                if type(items) is list and len(items) > high:
+                    raise EngramError(
+                        ErrorCode.INVALID_SCHEMA, pointer="/" + name, detail=too_many_items(len(items), high)
+                    )
             return generated(value, cl)
 
         return hook

@@ -23,6 +23,7 @@ __all__ = [
     "COMPONENTS_MAX",
     "FAMILY_REFS_MAX",
     "IDEMPOTENCY_KEY_BYTES",
+    "ITEM_BOUNDS",
     "LIMIT_DEFAULT",
     "LIMIT_RANGE",
     "LIST_MAX",
@@ -39,7 +40,8 @@ __all__ = [
     "idempotency_key",
     "instant",
     "int_range",
-    "list_len",
+    "item_bounds",
+    "item_count",
     "literal_member",
     "nfc_text",
     "one_of",
@@ -48,6 +50,7 @@ __all__ = [
     "safe_int",
     "sorted_unique",
     "text_bytes",
+    "too_many_items",
     "unique_items",
     "verbatim_ref",
 ]
@@ -242,14 +245,32 @@ def instance(cls: type, *, optional: bool = False) -> Validator:
     return check
 
 
-def list_len(low: int, high: int) -> Validator:
-    """A list of ``low..high`` items."""
+ITEM_BOUNDS: Final = "engram_memory.wire.item_bounds"
+"""Field metadata key: an array field's ``(fewest, most)`` items (see :func:`item_bounds`)."""
 
-    def check(_inst: Any, attribute: attrs.Attribute[Any], value: Sequence[Any]) -> None:
-        if not low <= len(value) <= high:
-            raise _fail(attribute, f"list has {len(value)} items, allowed {low}..{high}")
 
-    return check
+def item_bounds(low: int, high: int) -> dict[str, tuple[int, int]]:
+    """The metadata of an array field of ``low..high`` items, which :func:`item_count` checks.
+
+    The JSON converter reads it too, and refuses an array over ``high`` items before it
+    structures any of them: an argument under 1 MiB can hold hundreds of thousands of items,
+    each costly to refuse one by one.
+    """
+    return {ITEM_BOUNDS: (low, high)}
+
+
+def too_many_items(count: int, high: int) -> str:
+    """The detail of an array over its bound (the converter's and :func:`item_count`'s)."""
+    return f"list has {count} items, allowed at most {high}"
+
+
+def item_count(_inst: Any, attribute: attrs.Attribute[Any], value: Sequence[Any]) -> None:
+    """An array within its field's :func:`item_bounds`."""
+    low, high = attribute.metadata[ITEM_BOUNDS]
+    if len(value) > high:
+        raise _fail(attribute, too_many_items(len(value), high))
+    if len(value) < low:
+        raise _fail(attribute, f"list has {len(value)} items, allowed at least {low}")
 
 
 def each(item_validator: Validator) -> Validator:
