@@ -31,6 +31,7 @@ from engram_memory.wire import (
     parse_json,
     unstructure_args,
 )
+from engram_memory.wire import converter as converter_module
 from engram_memory.wire.converter import MAX_NESTING, MAX_RAW_JSON_BYTES
 from tests.wire_strategies import (
     BAD_DIGESTS,
@@ -197,6 +198,53 @@ def case(tool: str, arguments: Json, expected: Expected, name: str) -> Any:
 
 def _item_pointer(pointer: str) -> bool:
     return pointer.rsplit("/", 1)[-1].isdigit()
+
+
+# --------------------------------------------------------------------------- the argument bound after NFC
+
+_EXPANDS: Final = "\U0001d160"
+"""MUSICAL SYMBOL EIGHTH NOTE: 4 UTF-8 bytes, 12 once in NFC (three code points)."""
+
+
+def _expanding_capture(components: int, characters: int) -> dict[str, Json]:
+    args = capture_lists(components=components)
+    for component in args["payload"]["components"]:
+        component["text"] = _EXPANDS * characters  # within the 65,536-byte text bound in NFC
+    return args
+
+
+def _sizes(arguments: Json) -> tuple[int, int]:
+    """The compact JSON bytes of ``arguments`` as sent, and of the typed arguments they become (NFC)."""
+    sent = len(json.dumps(arguments, ensure_ascii=False, separators=(",", ":")).encode())
+    return sent, len(
+        json.dumps(unstructure_args(_typed(arguments)), ensure_ascii=False, separators=(",", ":")).encode()
+    )
+
+
+def _typed(arguments: Json) -> Any:
+    """The typed capture arguments of ``arguments``, structured without the byte bound."""
+    return converter_module._CONVERTER.structure(arguments, ARGS_BY_TOOL["engram_memory_capture"])
+
+
+def test_arguments_within_the_bound_as_sent_but_over_it_in_nfc_are_refused_as_the_typed_api_refuses_them() -> None:
+    """NFC lengthens some characters threefold: the bound holds for the normalised arguments too,
+    so ``call_tool`` and the typed API agree (neither stores a record no read could return)."""
+    arguments = _expanding_capture(components=47, characters=5_400)
+    sent, normalised = _sizes(arguments)
+    assert sent < 1_048_576 < normalised
+    check("engram_memory_capture", arguments, (SCHEMA, ""))
+    typed = _typed(arguments)
+    service = MemoryService(store=InMemoryStore(), vault=InMemoryKeyVault(), policy=DefaultPolicy())
+    with pytest.raises(EngramError) as refused:
+        service.capture(make_binding(purpose_ref="purpose-1"), typed)
+    assert (refused.value.code, refused.value.pointer) == (SCHEMA, "")
+
+
+def test_non_ascii_arguments_within_the_bound_in_nfc_are_accepted() -> None:
+    arguments = _expanding_capture(components=10, characters=5_400)
+    sent, normalised = _sizes(arguments)
+    assert sent < normalised < 1_048_576
+    assert check("engram_memory_capture", arguments, None) is not None
 
 
 # --------------------------------------------------------------------------- byte-bounded strings
@@ -857,10 +905,10 @@ def test_a_record_captured_at_the_cap_is_too_large_to_read_whole() -> None:
 
 
 def test_every_input_schema_states_the_cap_as_it_is_measured() -> None:
-    """The published rule says what the runtime measures: the compact JSON text as sent, before NFC."""
+    """The published rule says what the runtime measures: the compact JSON text as sent, and in NFC."""
     rule = (
-        "The serialised arguments (their compact JSON text in UTF-8, as sent, before any NFC normalisation) "
-        "are at most 1,048,576 bytes."
+        "The serialised arguments (their compact JSON text in UTF-8) are at most 1,048,576 bytes, both as "
+        "sent and once their texts are in NFC."
     )
     for tool in ARGS_BY_TOOL:
         assert rule in input_schema(tool)["x-engram-rules"], tool

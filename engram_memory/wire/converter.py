@@ -22,7 +22,7 @@ import math
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar, cast
 
 import attrs
 import cattrs
@@ -261,22 +261,29 @@ def _shape_problem(value: Any) -> str | None:
     return None
 
 
-def _serialised_size(raw: Any) -> int | None:
-    """UTF-8 bytes of the compact JSON text of ``raw`` as given (not normalised); ``None`` if not JSON."""
+def _compact_json(raw: Any) -> str | None:
+    """The compact JSON text of ``raw`` as given (not normalised); ``None`` if it is not JSON."""
     try:
-        text = json.dumps(raw, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return json.dumps(raw, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError):
         return None  # structuring reports the precise problem
-    return len(text.encode("utf-8", "surrogatepass"))
 
 
-def _check_root_bounds(raw: Any) -> None:
+def _serialised_size(raw: Any) -> int | None:
+    """UTF-8 bytes of the compact JSON text of ``raw`` as given (not normalised); ``None`` if not JSON."""
+    text = _compact_json(raw)
+    return None if text is None else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _check_root_bounds(raw: Any) -> bool:
+    """Refuse arguments too deep, with a non-string key, or over the byte bound; whether their text is ASCII."""
     problem = _shape_problem(raw)
     if problem is not None:
         raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail=problem)
-    size = _serialised_size(raw)
-    if size is not None and size > MAX_ARGUMENT_BYTES:
+    text = _compact_json(raw)
+    if text is not None and len(text.encode("utf-8", "surrogatepass")) > MAX_ARGUMENT_BYTES:
         raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="arguments over 1 MiB")
+    return text is None or text.isascii()
 
 
 def parse_args(cls: type[T], raw: Any) -> T:
@@ -285,20 +292,24 @@ def parse_args(cls: type[T], raw: Any) -> T:
     Raises:
         EngramError: ``INVALID_SCHEMA`` (or ``INVALID_DIGEST`` when the only problem is a
             malformed digest) with ``pointer`` set to the first offending field. Arguments whose
-            compact JSON serialisation (as given, before any normalisation) exceeds 1,048,576
-            UTF-8 bytes, that nest deeper than :data:`MAX_NESTING`, or that have a non-string
-            object key are ``INVALID_SCHEMA`` at the root.
+            compact JSON serialisation exceeds 1,048,576 UTF-8 bytes, as given or once their
+            texts are in NFC (what :func:`check_argument_bytes` measures for the typed API), that
+            nest deeper than :data:`MAX_NESTING`, or that have a non-string object key are
+            ``INVALID_SCHEMA`` at the root.
     """
     if type(raw) is not dict:
         raise EngramError(ErrorCode.INVALID_SCHEMA, pointer="", detail="arguments must be an object")
-    _check_root_bounds(raw)
+    ascii_text = _check_root_bounds(raw)
     try:
-        return _CONVERTER.structure(raw, cls)
+        parsed = _CONVERTER.structure(raw, cls)
     except (EngramError, cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
         error = _structuring_error(exc)
         if error.code is ErrorCode.INVALID_DIGEST:
             error = _schema_error_behind_digests(cls, raw) or error
         raise error from exc
+    if not ascii_text:  # NFC can lengthen text (up to 3x): the normalised arguments are bound too
+        check_argument_bytes(cast("ToolArgs", parsed))
+    return parsed
 
 
 def _structuring_error(exc: Exception) -> EngramError:
@@ -348,8 +359,9 @@ def _schema_error_behind_digests(cls: type[Any], raw: dict[str, Any]) -> EngramE
 def check_argument_bytes(args: ToolArgs) -> None:
     """Apply the 1,048,576-byte bound of the argument object to arguments built in Python.
 
-    :func:`parse_args` measures JSON arguments as sent; typed arguments are measured by the
-    compact JSON text of :func:`unstructure_args` (their values as validated, so after NFC).
+    Typed arguments are measured by the compact JSON text of :func:`unstructure_args` (their
+    values as validated, so after NFC); :func:`parse_args` measures JSON arguments as sent, and
+    through this function too when their text is not ASCII (NFC lengthens some characters).
 
     Raises:
         EngramError: ``INVALID_SCHEMA`` at the root when the arguments are over the bound.

@@ -279,8 +279,8 @@ def _argument_root(schema: Schema, title: str) -> Schema:
     out[X_ENGRAM_RULES] = [
         *out.get(X_ENGRAM_RULES, []),
         (
-            "The serialised arguments (their compact JSON text in UTF-8, as sent, before any NFC "
-            f"normalisation) are at most {lim.MAX_ARGUMENT_BYTES:,} bytes."
+            "The serialised arguments (their compact JSON text in UTF-8) are at most "
+            f"{lim.MAX_ARGUMENT_BYTES:,} bytes, both as sent and once their texts are in NFC."
         ),
         "Numbers: -0, NaN and Infinity are refused; an integral number such as 10.0 is the integer 10.",
     ]
