@@ -200,12 +200,15 @@ def test_an_output_error_mid_demo_is_one_line_without_content(tmp_path: Path, mo
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_module_entry_point_exits_with_the_commands_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``python -m engram_memory`` (run here in process) exits with what the command returns: 1 for a reader
-    that left, with the demo's files removed."""
+@pytest.mark.parametrize("module", ["engram_memory", "engram_memory.cli"])
+def test_the_module_entry_point_exits_with_the_commands_status(
+    module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m engram_memory`` (and ``python -m engram_memory.cli``), run here in process, exits with what
+    the command returns: 1 for a reader that left, with the demo's files removed."""
     monkeypatch.setattr(sys, "argv", ["engram-memory", "demo", "--db", str(tmp_path / "demo.db")])
     monkeypatch.setattr(sys, "stdout", _FailingOutput(BrokenPipeError(errno.EPIPE, "Broken pipe"), lines=1))
     with pytest.raises(SystemExit) as exited:
-        runpy.run_module("engram_memory", run_name="__main__")
+        runpy.run_module(module, run_name="__main__")
     assert exited.value.code == 1
     assert list(tmp_path.iterdir()) == []

@@ -385,7 +385,7 @@ def test_a_demo_whose_file_appears_after_the_check_is_refused_untouched(
     for suffix in ("", ".vault", ".key"):
         os.link(f"{other}{suffix}", f"{db}{suffix}")  # the other run's files, at this run's path
     before = _digests(tmp_path)
-    monkeypatch.setattr("engram_memory.cli._exists", lambda path: Path(path) == tmp_path)  # checked too early
+    monkeypatch.setattr("engram_memory.cli.demo._exists", lambda path: Path(path) == tmp_path)  # checked too early
     exit_ = _exit_of(["demo", "--db", str(db)])
     assert exit_.code == f"demo needs a new database file; {db} (or its vault or key) already exists"
     assert _digests(tmp_path) == before

@@ -1,0 +1,239 @@
+"""The operator commands on an existing database: ``verify``, ``stats``, ``pending``, ``adjudicate``, ``serve-mcp``.
+
+``verify``, ``stats`` and ``pending`` read through :func:`~engram_memory.cli.files._inspection`
+and write nothing; ``adjudicate`` decides one candidate as the host; ``serve-mcp`` serves the
+tools that need no confirmation over MCP stdio for one fixed scope.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+import attrs
+
+from engram_memory.adapters import MCP_EXTRA
+from engram_memory.admin import MemoryAdmin
+from engram_memory.cli.files import (
+    _UNDECODABLE,
+    _connected,
+    _exists,
+    _inspection,
+    _key_file_of,
+    _require_existing,
+    _sqlite_url,
+)
+from engram_memory.cli.messages import _cause_hint, _reason, _say, _shown
+from engram_memory.context import ALL_TOOLS, HostBinding
+from engram_memory.errors import EngramError, ErrorCode, PortError, ProtocolError
+from engram_memory.keyvaults.sqlite import SQLiteKeyVault
+from engram_memory.policy import DefaultPolicy
+from engram_memory.service import MemoryService
+from engram_memory.stores.sqlite import SQLiteStore
+
+STDIO_TOOLS = ALL_TOOLS - {"engram_memory_withdraw", "engram_memory_forget"}
+"""What ``serve-mcp`` grants: the four tools that need no human confirmation (withdraw and forget
+would always answer -32603 without one, and a tool that cannot work must not be listed)."""
+
+
+def _no_scope(db: str, lines: list[str]) -> None:
+    """Say on standard error that ``db`` has no scope, when ``lines`` (one per scope) is empty.
+
+    Standard output keeps one line per scope (none here); the note tells a person that the command
+    ran and found nothing to report, which an empty output alone does not.
+    """
+    if not lines:
+        with contextlib.suppress(OSError):  # a note only: the command's answer is its output and status
+            print(f"{db}: no scope has a journal yet", file=sys.stderr, flush=True)
+
+
+def _file_damage(db: str, service: MemoryService) -> list[str]:
+    """One line per file (store, then vault) in which SQLite's ``integrity_check`` finds damage; reads both whole."""
+    lines: list[str] = []
+    for path, opened in ((db, service.store), (f"{db}.vault", service.vault)):
+        if isinstance(opened, (SQLiteStore, SQLiteKeyVault)) and (problems := opened.check_integrity()):
+            more = f"; {len(problems) - 1} more problem(s)" if len(problems) > 1 else ""
+            lines.append(f"{path}: file damaged (SQLite integrity_check: {problems[0]}{more})")
+    return lines
+
+
+def _cmd_verify(options: argparse.Namespace) -> int:
+    lines: list[str] = []
+    status = 0
+    with _inspection(options.db, _key_file_of(options)) as service:
+        damage = _file_damage(options.db, service)  # a damaged file makes any journal verdict meaningless
+        admin = MemoryAdmin(service)
+        for scope in [] if damage else service.store.scopes():
+            report = admin.verify_scope(scope)
+            verdict = "ok" if report.ok else f"{report.code} at cursor {report.cursor}"
+            lines.append(f"{scope}: {verdict} ({report.high_water})")
+            status = status if report.ok else 1
+    if damage:
+        lines, status = damage, 1
+    _no_scope(options.db, lines)
+    for line in lines:  # only once the files are known not to have changed meanwhile
+        _say(line)
+    return status
+
+
+def _cmd_stats(options: argparse.Namespace) -> int:
+    lines: list[str] = []
+    with _inspection(options.db, _key_file_of(options)) as service:
+        for scope in service.store.scopes():
+            with service.store.read(scope) as reader:
+                counts: dict[str, int] = {}
+                for row in reader.candidates():
+                    counts[f"candidate:{row.state}"] = counts.get(f"candidate:{row.state}", 0) + 1
+                for record in reader.records():
+                    counts[f"record:{record.state}"] = counts.get(f"record:{record.state}", 0) + 1
+                summary = ", ".join(f"{key}={value}" for key, value in sorted(counts.items()))
+                lines.append(f"{scope}: journal height {reader.high_water()}; {summary}")
+    _no_scope(options.db, lines)
+    for line in lines:
+        _say(line)
+    return 0
+
+
+def _scope_of(options: argparse.Namespace) -> str:
+    """The scope key of ``--tenant`` and ``--workspace``; a usage error (status 2) for ids no binding can use."""
+    usage_error: Callable[[str], NoReturn] = options.usage_error
+    try:
+        return MemoryAdmin.scope(tenant_id=options.tenant, workspace_id=options.workspace)
+    except ValueError as exc:
+        usage_error(f"argument --tenant/--workspace: {exc}")
+
+
+def _cmd_pending(options: argparse.Namespace) -> int:
+    scope = _scope_of(options)
+    with _inspection(options.db, _key_file_of(options)) as service:
+        listed = MemoryAdmin(service).pending_candidates(tenant_id=options.tenant, workspace_id=options.workspace)
+        lines = [json.dumps(attrs.asdict(item), ensure_ascii=False, sort_keys=True) for item in listed]
+        journal = scope in service.store.scopes()
+    if not journal:  # a note only, as for verify and stats: a typo must not look like "nothing pending"
+        with contextlib.suppress(OSError):
+            print(
+                f"{options.db}: no journal for tenant {options.tenant!r}, workspace {options.workspace!r} "
+                "(nothing was ever captured there)",
+                file=sys.stderr,
+                flush=True,
+            )
+    for line in lines:  # only once the files are known not to have changed meanwhile
+        _say(line)
+    return 0
+
+
+def _cmd_adjudicate(options: argparse.Namespace) -> int:
+    scope = _scope_of(options)
+    if options.readmit_forgotten and options.decision != "accept":
+        usage_error: Callable[[str], NoReturn] = options.usage_error
+        usage_error("argument --readmit-forgotten: only with --decision accept")
+    _require_existing(options.db, _key_file_of(options), writer=True)
+    service = _connected(options)
+    try:
+        line = _adjudicate(service, scope, options)
+    except UnicodeDecodeError:  # a text column of a damaged page: the store's reads pass it through
+        raise SystemExit(f"adjudicate {_shown(options.candidate)}: {_UNDECODABLE}") from None
+    finally:
+        service.close()
+    _say(line)
+    return 0
+
+
+def _adjudicate(service: MemoryService, scope: str, options: argparse.Namespace) -> str:
+    """The line ``adjudicate`` prints once its decision took effect; exits 1 with the reason otherwise."""
+    admin = MemoryAdmin(service)
+    where = {"tenant_id": options.tenant, "workspace_id": options.workspace}
+    failed = f"adjudicate {_shown(options.candidate)}"
+    try:
+        # only for the closing line: the library itself refuses forgotten content without the flag
+        waiting = (
+            admin.pending_candidate(**where, candidate_id=options.candidate) if options.readmit_forgotten else None
+        )
+        result = admin.adjudicate(
+            **where,
+            candidate_id=options.candidate,
+            decision=options.decision,
+            readmit_forgotten=options.readmit_forgotten,
+        )
+    except EngramError as exc:
+        if exc.code is ErrorCode.ALREADY_TERMINAL:
+            raise SystemExit(f"{failed}: {_terminal(service, scope, options)}") from None
+        if exc.code is ErrorCode.GATE_FAILED:
+            raise SystemExit(
+                f"{failed}: its content was forgotten in this scope, and accepting it re-admits erased "
+                "content: pass --readmit-forgotten to do so (nothing was decided)"
+            ) from None
+        hint = _cause_hint(exc)
+        detail = exc.public_message + (f": {hint}" if hint else "")
+        raise SystemExit(f"{failed}: {exc.code.value} ({detail})") from None
+    except (PortError, ValueError) as exc:
+        raise SystemExit(f"{failed}: {_reason(exc)}") from None
+    outcome = result.outcome
+    if outcome.status == "duplicate_exact":  # admitted before: this decision changed nothing
+        instead = (
+            "nothing to accept"
+            if options.decision == "accept"
+            else "a reject does not undo an admission: forget the record instead "
+            "(engram_memory_forget, with a host confirmation)"
+        )
+        raise SystemExit(f"{failed}: already admitted as {outcome.record_id}; {instead}")
+    line = f"{outcome.candidate_id}: {outcome.status}" + (f" as {outcome.record_id}" if outcome.record_id else "")
+    readmits = waiting is not None and waiting.forgotten
+    return line + (" (re-admitted content that was forgotten in this scope)" if readmits else "")
+
+
+def _terminal(service: MemoryService, scope: str, options: argparse.Namespace) -> str:
+    """Why an ``ALREADY_TERMINAL`` candidate cannot be decided, and what to do instead."""
+    try:
+        with service.store.read(scope) as reader:
+            row = reader.candidate(options.candidate)
+    except PortError:
+        row = None
+    state = "rejected or withdrawn" if row is None else row.state
+    instead = (
+        "its content was destroyed: to have it admitted, it must be captured again"
+        if options.decision == "accept"
+        else "nothing to reject"
+    )
+    return f"ALREADY_TERMINAL (already {state}; {instead})"
+
+
+def _cmd_serve_mcp(options: argparse.Namespace) -> int:
+    try:
+        import anyio  # noqa: PLC0415 - optional extra
+
+        from engram_memory.adapters.mcp import serve_stdio  # noqa: PLC0415 - optional extra
+    except ImportError:
+        raise SystemExit(f"serve-mcp needs {MCP_EXTRA}") from None
+    policy = DefaultPolicy(admission=options.admission)
+    _sqlite_url(options.db)
+    if not _exists(Path(options.db).parent):
+        raise SystemExit(f"cannot open {options.db}: its directory does not exist")
+    service = _connected(options, policy=policy)
+    binding = HostBinding(
+        tenant_id=options.tenant,
+        workspace_id=options.workspace,
+        principal=options.principal,
+        agent_id=options.agent,
+        session="stdio",
+        purpose_ref=options.purpose,
+        tools=STDIO_TOOLS,  # withdraw and forget need a confirmation a fixed binding cannot carry
+    )
+    try:
+        service.list_tools(binding)  # the binding's own check: every request would fail it
+    except ProtocolError:
+        service.close()
+        raise SystemExit(
+            "serve-mcp needs a non-empty --tenant, --workspace, --principal, --agent and --purpose, "
+            "each valid UTF-8 text in Unicode NFC"
+        ) from None
+    try:
+        anyio.run(serve_stdio, service, binding)
+    finally:
+        service.close()
+    return 0
