@@ -21,6 +21,7 @@ from engram_memory.connect import connect
 from engram_memory.errors import ErrorCode, StoreUnavailableError
 from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, SQLiteKeyVault
 from engram_memory.stores.sqlite import MigrationLedgerError, SQLiteStore
+from engram_memory.stores.sqlite._files import integrity_problems, truncate_left_over_wal
 from engram_memory.stores.sqlite._schema import STORE_SCHEMA
 from engram_memory.testing import capture_args, make_binding, make_key
 
@@ -204,3 +205,76 @@ def test_check_integrity_on_a_closed_file_is_unavailable(kind: str, tmp_path: Pa
     opened.close()
     with pytest.raises(StoreUnavailableError):
         opened.check_integrity()
+
+
+# --------------------------------------------------------------------------- what a check cannot complete
+
+
+class _Refusing:
+    """A connection whose every statement fails with ``error`` (a file SQLite cannot read through)."""
+
+    def __init__(self, error: sqlite3.Error) -> None:
+        self.error = error
+
+    def execute(self, *_: object) -> Any:
+        raise self.error
+
+
+def _sqlite_error(kind: type[sqlite3.Error], code: int, name: str) -> sqlite3.Error:
+    error = kind(name.lower())
+    error.sqlite_errorcode = code
+    error.sqlite_errorname = name
+    return error
+
+
+@pytest.mark.parametrize(("code", "name"), [(sqlite3.SQLITE_CORRUPT, "SQLITE_CORRUPT"), (26, "SQLITE_NOTADB")])
+def test_a_check_that_damage_stops_is_one_problem(code: int, name: str) -> None:
+    refusing = _Refusing(_sqlite_error(sqlite3.DatabaseError, code, name))
+    assert integrity_problems(refusing) == [f"the check could not complete: {name}"]  # type: ignore[arg-type]
+
+
+def test_a_check_that_a_lock_stops_is_an_error_not_a_verdict(tmp_path: Path) -> None:
+    """A busy file says nothing about damage: the error propagates, and the vault reports it as unavailable."""
+    busy = _sqlite_error(sqlite3.OperationalError, sqlite3.SQLITE_BUSY, "SQLITE_BUSY")
+    with pytest.raises(sqlite3.OperationalError):
+        integrity_problems(_Refusing(busy))  # type: ignore[arg-type]
+    vault = SQLiteKeyVault(tmp_path / "memory.db.vault", master_key=KEY)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("engram_memory.keyvaults.sqlite.integrity_problems", _Refusing(busy).execute)
+            with pytest.raises(StoreUnavailableError, match="sqlite check integrity failed: SQLITE_BUSY"):
+                vault.check_integrity()
+    finally:
+        vault.close()
+
+
+# --------------------------------------------------------------------------- a log left by a killed process
+
+
+def test_truncating_a_left_over_log_never_waits_for_a_reader(tmp_path: Path) -> None:
+    """A reader holding a snapshot keeps the log (the truncation is skipped, not waited for); once it
+    is gone the truncation empties the log; a connection that cannot run it answers ``False``."""
+    db = tmp_path / "memory.db"
+    service = connect(f"sqlite:///{db}")
+    try:
+        assert service.call_tool("engram_memory_capture", capture_args(make_key("log")), make_binding())["ok"]
+        reader = sqlite3.connect(db, isolation_level=None)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM events").fetchone()
+        writer = sqlite3.connect(db, isolation_level=None)
+        try:
+            assert Path(f"{db}-wal").stat().st_size > 0
+            assert truncate_left_over_wal(writer, busy_timeout_ms=1234) is False
+            assert writer.execute("PRAGMA busy_timeout").fetchone()[0] == 1234  # restored
+            assert Path(f"{db}-wal").stat().st_size > 0
+            reader.execute("ROLLBACK")
+            assert truncate_left_over_wal(writer, busy_timeout_ms=1234) is True
+            assert Path(f"{db}-wal").stat().st_size == 0
+        finally:
+            writer.close()
+            reader.close()
+        closed = sqlite3.connect(db)
+        closed.close()
+        assert truncate_left_over_wal(closed, busy_timeout_ms=1234) is False
+    finally:
+        service.close()

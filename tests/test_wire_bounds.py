@@ -32,6 +32,7 @@ from engram_memory.wire import (
     unstructure_args,
 )
 from engram_memory.wire import converter as converter_module
+from engram_memory.wire.args import Component
 from engram_memory.wire.converter import MAX_NESTING, MAX_RAW_JSON_BYTES
 from tests.wire_strategies import (
     BAD_DIGESTS,
@@ -1171,3 +1172,16 @@ def test_nesting_is_bounded_at_32_levels(depth: int, expected: Expected) -> None
         assert (info.value.code, info.value.pointer) == expected
     else:
         check("engram_memory_search", parse_json(raw), expected)
+
+
+def test_typed_arguments_hold_the_same_array_bounds() -> None:
+    """Arguments built in Python (no JSON converter) meet the bound in the field's validator, with the
+    same pointer and detail."""
+    with pytest.raises(EngramError) as refused:
+        Component(component_id="k0", kind="context", text="text", citation_ids=tuple(f"c{i}" for i in range(257)))
+    assert (refused.value.code, refused.value.pointer) == (SCHEMA, "/citation_ids")
+    assert "list has 257 items, allowed at most 256" in refused.value.__notes__
+    with pytest.raises(EngramError) as empty:
+        Component(component_id="k0", kind="context", text="text", citation_ids=())
+    assert (empty.value.code, empty.value.pointer) == (SCHEMA, "/citation_ids")
+    assert "list has 0 items, allowed at least 1" in empty.value.__notes__
