@@ -191,8 +191,9 @@ _UNDECODABLE: Final = "a text value is not valid UTF-8: the file is damaged"
 def _cannot_open(db: str, exc: EngramError | PortError) -> str:
     if isinstance(exc, LogWithoutIndexError):  # the message says what to do
         return f"cannot open {db} read-only: {_reason(exc)}"
-    if isinstance(exc, StoreUnavailableError):  # cannot open, or cannot read without writing
-        return f"cannot open {db} read-only: {_reason(exc)}; {_AS_OWNER}"
+    if isinstance(exc, StoreUnavailableError):  # cannot open, or cannot read without writing, or locked
+        locked = _cause_hint(exc) == _SQLITE_HINTS["SQLITE_BUSY"]
+        return f"cannot open {db} read-only: {_reason(exc)}; {_SQLITE_HINTS['SQLITE_BUSY'] if locked else _AS_OWNER}"
     return f"cannot open {db}: {_reason(exc)}"
 
 
