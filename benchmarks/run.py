@@ -653,7 +653,7 @@ def worker_paced(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def worker_search_rss(params: dict[str, Any]) -> dict[str, Any]:
-    """Peak RSS of a process that opens the base file and (unless ``idle``) runs searches and gets."""
+    """Peak RSS of a process that opens the base file and (unless ``idle``) runs 18 searches."""
     corpus = corpus_module.SyntheticCorpus()
     service = open_sqlite(Path(params["path"]), "FULL")
     binding = binding_for(corpus.tenants[0])
@@ -719,7 +719,12 @@ def bare_crypto(payload: dict[str, Any], scope: str) -> float:
 
 
 def build_fts5(path: Path, corpus: Any, size: int) -> tuple[sqlite3.Connection, float]:
-    """An FTS5 table with the same five fields' text of the same ``size`` documents; its build time."""
+    """An FTS5 table with the same five fields' text of the same ``size`` documents; its build time.
+
+    The index is merged into one segment (FTS5 ``optimize``) after the load, as a bulk-loaded
+    index would be in production: the limit is the fastest bare query, not one that also walks
+    the segments the batched inserts left (it answers a selective query ~25 % faster).
+    """
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("CREATE VIRTUAL TABLE fts USING fts5(f_primary, f_decision, f_evidence, f_context, f_citations)")
     started = time.perf_counter()
@@ -733,6 +738,7 @@ def build_fts5(path: Path, corpus: Any, size: int) -> tuple[sqlite3.Connection, 
             batch = []
     conn.executemany("INSERT INTO fts VALUES (?, ?, ?, ?, ?)", batch)
     conn.execute("COMMIT")
+    conn.execute("INSERT INTO fts (fts) VALUES ('optimize')")
     return conn, time.perf_counter() - started
 
 
@@ -908,7 +914,7 @@ def growth(results: dict[str, Any]) -> tuple[list[str], list[tuple[str, bool | N
                     which = "p50" if max(ratios) >= max(means) else "mean"
                     verdicts.append((f"{BACKEND_LABELS[backend]} {op_label(op)}", met, f"{worst:.2f}× ({which})"))
                 elif op == "get":
-                    goal, met = "flat", None
+                    goal, met = "≤ 1.25× (flat)", max(*ratios, *means) <= 1.25
                 else:
                     goal, met = f"sub-linear (< {factor:.0f}×)", ratios[0] < factor
                 lines.append(
@@ -991,7 +997,7 @@ def render(results: dict[str, Any]) -> str:  # noqa: C901, PLR0912, PLR0915 - on
     out += ["| process | peak RSS (MiB) |", "| --- | --- |"]
     for label, key in (
         ("open the store, no query (floor)", "idle"),
-        (f"load {fmt_size(large)} records (preload)", "load"),
+        (f"load {fmt_size(large)} records (preload, with a 1 GB page cache of its own)", "load"),
         ("open + 18 searches", "search"),
     ):
         if key in memory:
@@ -1128,7 +1134,8 @@ def render(results: dict[str, Any]) -> str:  # noqa: C901, PLR0912, PLR0915 - on
             "transactions (the minimum: capture and admission must each be durable when they return)."
         )
     if entry.get("fts5_build_s") is not None:
-        out.append(f"FTS5 index build over the same {large:,} documents: {entry['fts5_build_s']:.1f} s.")
+        built = entry["fts5_build_s"]
+        out.append(f"FTS5 index build (load and optimize) over the same {large:,} documents: {built:.1f} s.")
 
     get = figure(results, "sqlite-FULL", large, "reads", "get")
     if get:
@@ -1309,6 +1316,8 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0
                 results["load"][str(size)] = json.loads((base_dir / "load.json").read_text())
             elif sqlite_backends:
                 log(f"N={size}: building the SQLite base file")
+                shutil.rmtree(base_dir)  # what an earlier run left there would collide with the preload
+                base_dir.mkdir()
                 results["load"][str(size)] = run_worker("load", {"size": size, "path": str(base), "ids": str(ids)})
                 (base_dir / "load.json").write_text(json.dumps(results["load"][str(size)]))
                 os.sync()
@@ -1325,7 +1334,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0
                 log(f"N={sizes[0]} and N={sizes[-1]}: paired pass of the writes on {backend}")
                 results["paired"][backend] = measure_paired(workdir, sizes[0], sizes[-1], backend, options.quick)
         if not options.keep:
-            for size in sizes[:-1]:
+            for size in sizes:
                 shutil.rmtree(workdir / f"n{size}", ignore_errors=True)
     finally:
         if not options.keep and not options.workdir:
