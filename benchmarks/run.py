@@ -346,6 +346,8 @@ class WriteBench:
         self.forgotten: list[str] = []
         self.cycle_limit: list[float] = []  # bare durable transactions timed after each cycle
         self.one_row: list[float] = []
+        self.steps: dict[str, list[float]] = {"capture": [], "admission": []}  # each cycle's two steps
+        self.step_limits: dict[str, list[float]] = {"capture": [], "admission": []}  # and their bare txns
 
     def next_args(self) -> dict[str, Any]:
         args: dict[str, Any] = self.corpus.capture_arguments(0, self.position)
@@ -424,10 +426,17 @@ class WriteBench:
             args = self.next_args()
             started = time.perf_counter()
             value = ok(self.service.call_tool(CAPTURE, args, self.binding))
+            captured = time.perf_counter()
             ok(self.admit(value["candidate_id"], args["idempotency_key"]))
-            latencies.append(time.perf_counter() - started)
+            ended = time.perf_counter()
+            latencies.append(ended - started)
+            self.steps["capture"].append(captured - started)
+            self.steps["admission"].append(ended - captured)
             if bare is not None:
-                self.cycle_limit.append(bare.transaction(split[0]) + bare.transaction(split[1]))
+                capture_limit, admission_limit = bare.transaction(split[0]), bare.transaction(split[1])
+                self.step_limits["capture"].append(capture_limit)
+                self.step_limits["admission"].append(admission_limit)
+                self.cycle_limit.append(capture_limit + admission_limit)
                 self.one_row.append(bare.transaction(1))
         return latencies
 
@@ -475,8 +484,12 @@ def measure_writes(
         round(audit["admission"]["store_rows"] + audit["admission"]["vault_rows"]),
     )
     results["capture_admit_cycle"] = summary(bench.cycle(_count("cycle", quick), bare, split))
+    for step in ("capture", "admission"):  # the cycle's two durable steps, for their own limits
+        results[f"cycle_{step}"] = summary(bench.steps[step])
     if bench.cycle_limit:
         results["limit_durable_cycle"] = {**summary(bench.cycle_limit), "rows": list(split)}
+        results["limit_durable_capture"] = {**summary(bench.step_limits["capture"]), "rows": split[0]}
+        results["limit_durable_admission"] = {**summary(bench.step_limits["admission"]), "rows": split[1]}
         results["limit_one_row_commit"] = summary(bench.one_row)
     results["forget"] = summary(bench.forget(_count("forget", quick)))
     gone.update(bench.forgotten)
@@ -1067,6 +1080,20 @@ def render(results: dict[str, Any]) -> str:  # noqa: C901, PLR0912, PLR0915 - on
             key="limit_durable_cycle",
             target=2.5 if mode == "FULL" else None,
         )
+    for mode in ("FULL", "NORMAL"):
+        for step, op_name, txn in (
+            ("capture", "capture", "1 bare durable txn, the capture's rows"),
+            ("admission", "request_admission (accept)", "1 bare durable txn, the admission's rows"),
+        ):
+            limit_row(
+                f"{op_name} within the cycle, SQLite {mode}",
+                txn,
+                f"sqlite-{mode}",
+                section="writes",
+                op=f"cycle_{step}",
+                key=f"limit_durable_{step}",
+                target=None,
+            )
     limit_row(
         "capture+admit cycle, SQLite FULL, **mean**",
         "2 bare durable txns, same rows (mean)",
