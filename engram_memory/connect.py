@@ -93,6 +93,10 @@ def _open_sqlite(
 
     A failure to open either carries a note naming the file (the driver's message names none);
     the store is closed again when the vault cannot be opened.
+
+    Raises:
+        MissingFileError: the vault file is missing beside a store that holds a journal, or the
+            store file beside a vault that exists (without ``vault``); nothing is created.
     """
     from engram_memory.stores.sqlite import SQLiteStore  # noqa: PLC0415 - the core never imports sqlite3
 
