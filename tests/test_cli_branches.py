@@ -282,7 +282,9 @@ def test_a_damaged_candidate_row_under_readmit_forgotten_is_one_line(review: tup
     before = _digests(db.parent)
     argv = ["adjudicate", "--db", str(db), *SCOPE_ARGS, "--candidate", candidate, "--decision", "accept"]
     exit_ = _exit_of([*argv, "--readmit-forgotten"])
-    assert exit_.code == f"adjudicate {candidate}: sqlite read failed: OperationalError"
+    assert exit_.code == (
+        f"adjudicate {candidate}: sqlite read failed: OperationalError (a text value is not UTF-8: damaged file)"
+    )
     assert _digests(db.parent) == before
 
 

@@ -346,3 +346,32 @@ def test_a_candidate_state_outside_the_schema_is_journal_corrupt_never_a_lifecyc
         assert _verify(service, B).ok
     finally:
         service.close()
+
+
+def test_text_that_is_not_utf8_is_journal_corrupt_not_a_retriable_outage(world: _World) -> None:
+    """A text column whose bytes are not UTF-8 (what a damaged page reads as) is ``JOURNAL_CORRUPT``,
+    for the service and its store, never ``STORE_UNAVAILABLE`` (retriable: a retry would never
+    clear it); the port error's message quotes none of the stored bytes."""
+    record_id = world.records["r1"]
+    sid = _scope_id(world.db, A)
+    changed = _execute(
+        world.db,
+        "UPDATE records SET record_digest = CAST(x'ff7a71626f64796279746573' AS TEXT)"
+        " WHERE scope_id = ? AND record_id = ?",
+        sid,
+        record_id,
+    )
+    assert changed == 1
+    service = _open(world.db)
+    try:
+        with service.store.read(A.scope) as reader, pytest.raises(StoreCorruptError) as caught:
+            reader.record(record_id)
+        assert caught.value.code is ErrorCode.JOURNAL_CORRUPT
+        assert "zqbodybytes" not in str(caught.value) + "".join(getattr(caught.value, "__notes__", []))
+        envelope = _get(service, A, record_id)
+        _failure(envelope, ErrorCode.JOURNAL_CORRUPT)
+        assert envelope["error"]["retriable"] is False
+        assert _get(service, A, world.records["r3"])["ok"] is True  # the other rows still read
+        assert _verify(service, B).ok
+    finally:
+        service.close()

@@ -76,6 +76,11 @@ def _primary_code(exc: sqlite3.Error) -> int | None:
     return code & 0xFF if isinstance(code, int) else None
 
 
+def _undecodable_text(exc: sqlite3.Error) -> bool:
+    """Whether ``sqlite3`` could not decode a ``TEXT`` value it read (a damaged page; no SQLite code)."""
+    return isinstance(exc, sqlite3.OperationalError) and str(exc).startswith("Could not decode to UTF-8")
+
+
 def is_busy(exc: sqlite3.Error) -> bool:
     """Whether ``exc`` is ``SQLITE_BUSY`` / ``SQLITE_LOCKED`` (including extended codes)."""
     code = _primary_code(exc)
@@ -92,6 +97,8 @@ def translate(exc: sqlite3.Error, action: str) -> PortError:
     """
     name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
     detail = f"sqlite {action} failed: {name}"
+    if _undecodable_text(exc):  # first: its message quotes the bytes, which may read "busy"; only the fact is kept
+        return StoreCorruptError(ErrorCode.JOURNAL_CORRUPT, f"{detail} (a text value is not UTF-8: damaged file)")
     if is_busy(exc):
         return StoreUnavailableError(f"{detail} (database is locked; retry)")
     if _primary_code(exc) in _CORRUPT_CODES:
