@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import stat
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Final, Literal, NoReturn
 
 from engram_memory.clock import SystemClock
 from engram_memory.errors import MissingFileError
 from engram_memory.keyvaults.memory import InMemoryKeyVault
+from engram_memory.page_cursor import lifetime_ms
 from engram_memory.policy import DefaultPolicy
 from engram_memory.ports import Clock, KeyVault, Policy, Ranker, Store
 from engram_memory.service import MemoryService
@@ -34,6 +36,7 @@ def connect(
     audit_ids: Callable[[], str] | None = None,
     master_key: bytes | None = None,
     synchronous: Literal["FULL", "NORMAL"] = "FULL",
+    page_cursor_lifetime: timedelta | None = None,
 ) -> MemoryService:
     """Open a memory service.
 
@@ -52,12 +55,15 @@ def connect(
       refused, never ignored; options are keyword arguments.
 
     The policy defaults to :class:`~engram_memory.DefaultPolicy` (every candidate waits for host
-    adjudication), the clock to the system clock.
+    adjudication), the clock to the system clock. ``page_cursor_lifetime`` is passed to
+    :class:`~engram_memory.MemoryService` (``None``: page cursors do not expire).
 
     Raises:
+        TypeError: ``page_cursor_lifetime`` is neither a ``timedelta`` nor ``None``.
         ValueError: an unsupported or malformed URL, ``synchronous`` other than ``"FULL"`` or
-            ``"NORMAL"``, or ``master_key`` where no SQLite key vault is opened (with ``"memory:"``
-            or together with ``vault``). Raised before any file is created.
+            ``"NORMAL"``, a ``page_cursor_lifetime`` under 1 ms, or ``master_key`` where no SQLite
+            key vault is opened (with ``"memory:"`` or together with ``vault``). Raised, like the
+            ``TypeError``, before any file is created.
 
     Opening a SQLite URL raises what its store or key vault raises (``StoreUnavailableError`` for
     a missing directory, ``MasterKeyError`` for a key that does not open the vault, ...), with an
@@ -66,6 +72,7 @@ def connect(
     missing beside a store that holds a journal, or ``<path>`` beside an existing vault (without
     ``vault=``): a brand-new vault or store there would hide the loss, not repair it.
     """
+    lifetime_ms(page_cursor_lifetime)  # refused before any file is created
     if synchronous not in _SYNCHRONOUS:
         raise ValueError("synchronous must be 'FULL' or 'NORMAL'")
     if master_key is not None and (url == "memory:" or vault is not None):
@@ -83,7 +90,15 @@ def connect(
     else:
         raise ValueError("unsupported memory URL; use 'memory:' or 'sqlite:///path'")
     extra = {"audit_ids": audit_ids} if audit_ids is not None else {}
-    return MemoryService(store=store, vault=vault, policy=policy, clock=clock, ranker=ranker, **extra)
+    return MemoryService(
+        store=store,
+        vault=vault,
+        policy=policy,
+        clock=clock,
+        ranker=ranker,
+        page_cursor_lifetime=page_cursor_lifetime,
+        **extra,
+    )
 
 
 def _open_sqlite(

@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 import re
+from datetime import timedelta
 from typing import Final
 
 import attrs
@@ -21,7 +22,7 @@ import attrs
 from engram_memory.canonical import CanonicalError, Domain, canonical_bytes, format_cursor, parse_cursor
 from engram_memory.errors import EngramError, ErrorCode
 
-__all__ = ["PageCursor", "PageCursorCodec"]
+__all__ = ["PageCursor", "PageCursorCodec", "lifetime_ms"]
 
 _CURSOR_VERSION: Final = 1
 _MAC_BYTES: Final = 32
@@ -36,6 +37,25 @@ class PageCursor:
     valid_as_of: int
     system_as_of: int
     ordering_digest: str
+
+
+def lifetime_ms(lifetime: object) -> int | None:
+    """A ``page_cursor_lifetime`` in whole milliseconds (``None`` stays ``None``: no expiry).
+
+    Raises:
+        TypeError: ``lifetime`` is neither a ``timedelta`` nor ``None``.
+        ValueError: ``lifetime`` is shorter than one millisecond.
+    """
+    if lifetime is None:
+        return None
+    if not isinstance(lifetime, timedelta):
+        error = TypeError("page_cursor_lifetime must be a datetime.timedelta or None")
+        error.add_note(f"got {type(lifetime).__name__}")
+        raise error
+    milliseconds = lifetime // timedelta(milliseconds=1)
+    if milliseconds < 1:
+        raise ValueError("page_cursor_lifetime must be at least one millisecond")
+    return milliseconds
 
 
 def _b64encode(raw: bytes) -> str:

@@ -126,12 +126,22 @@ def _ranker_failures(passing: tuple[type[Exception], ...] = (EngramError,)) -> I
 class ReadPath:
     """Search and get over the ports; held by :class:`engram_memory.MemoryService`."""
 
-    def __init__(self, *, store: Store, vault: KeyVault, policy: Policy, clock: Clock, ranker: Ranker) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        vault: KeyVault,
+        policy: Policy,
+        clock: Clock,
+        ranker: Ranker,
+        cursor_lifetime_ms: int | None = None,
+    ) -> None:
         self._store = store
         self._vault = vault
         self._policy = policy
         self._clock = clock
         self._ranker = ranker
+        self._cursor_lifetime_ms = cursor_lifetime_ms
 
     # ------------------------------------------------------------------ shared machinery
 
@@ -299,13 +309,26 @@ class ReadPath:
             },
         )
 
+    def _pinned(self, codec: PageCursorCodec, token: str, binding_digest: str, now_ms: int) -> PageCursor:
+        """The pins of a page cursor issued for this binding and not older than the cursor lifetime.
+
+        Raises:
+            EngramError: ``STALE_PAGE`` (see :meth:`PageCursorCodec.decode`), or the first page was
+                ranked more than ``page_cursor_lifetime`` before ``now_ms``.
+        """
+        pinned = codec.decode(token, binding_digest)
+        lifetime = self._cursor_lifetime_ms
+        if lifetime is not None and now_ms - pinned.valid_as_of > lifetime:
+            raise _stale("page cursor older than the service's page_cursor_lifetime")
+        return pinned
+
     def _search_once(self, binding: HostBinding, args: SearchArgs) -> SearchResult:
         now = self._now(binding)
         now_ms = epoch_ms(now)
         profile, config, config_digest = self._profile()
         binding_digest = self._binding_digest(binding, args, profile, config_digest)
         codec = PageCursorCodec(self._store.secret())
-        pinned = None if args.page_cursor is None else codec.decode(args.page_cursor, binding_digest)
+        pinned = None if args.page_cursor is None else self._pinned(codec, args.page_cursor, binding_digest, now_ms)
         with _ranker_failures():
             terms = tuple(self._ranker.tokenize(args.query))
         allowlist = self._allowlist(binding)

@@ -22,7 +22,7 @@ import logging
 import unicodedata
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final, Self
 
 import attrs
@@ -32,6 +32,7 @@ from engram_memory.clock import SystemClock
 from engram_memory.context import Confirmation, HostBinding
 from engram_memory.errors import EngramError, ErrorCode, ProtocolError
 from engram_memory.mutation_guard import Mutation, operation_target
+from engram_memory.page_cursor import lifetime_ms
 from engram_memory.policy import DefaultPolicy
 from engram_memory.policy_guard import GuardedPolicy
 from engram_memory.ports import Clock, KeyVault, Policy, Ranker, Store
@@ -108,6 +109,13 @@ class MemoryService:
             :class:`~engram_memory.ManualClock` for tests and replays).
         ranker: the search ranker (the lexical ``offline_lexical_v1`` ranker by default).
         audit_ids: makes an ``auditId`` when the binding carries none.
+        page_cursor_lifetime: how long a ``next_page_cursor`` may be used, counted from the
+            instant its first page was ranked at (the cursor's pinned ``valid_as_of``); an older
+            cursor answers ``STALE_PAGE``. ``None`` (the default): cursors do not expire.
+
+    Raises:
+        TypeError: ``page_cursor_lifetime`` is neither a ``timedelta`` nor ``None``.
+        ValueError: ``page_cursor_lifetime`` is shorter than one millisecond.
     """
 
     def __init__(
@@ -119,7 +127,9 @@ class MemoryService:
         clock: Clock | None = None,
         ranker: Ranker | None = None,
         audit_ids: Callable[[], str] = _default_audit_id,
+        page_cursor_lifetime: timedelta | None = None,
     ) -> None:
+        cursor_lifetime_ms = lifetime_ms(page_cursor_lifetime)
         self.store = store
         self.vault = vault
         self.policy: Policy = GuardedPolicy(policy if policy is not None else DefaultPolicy())
@@ -128,7 +138,14 @@ class MemoryService:
         self._audit_ids = audit_ids
         self._write = WritePath(store=store, vault=vault, policy=self.policy, clock=self.clock)
         self._closed = False
-        self._read = ReadPath(store=store, vault=vault, policy=self.policy, clock=self.clock, ranker=self.ranker)
+        self._read = ReadPath(
+            store=store,
+            vault=vault,
+            policy=self.policy,
+            clock=self.clock,
+            ranker=self.ranker,
+            cursor_lifetime_ms=cursor_lifetime_ms,
+        )
 
     def close(self, *, destroy_doomed_keys: bool = True) -> None:
         """Destroy the keys accepts left doomed, then close the store and the vault. Idempotent.
