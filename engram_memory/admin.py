@@ -148,7 +148,7 @@ class MemoryAdmin:
         return self._service._write.decide_candidate(  # noqa: SLF001 - same package
             binding=binding,
             candidate_id=candidate_id,
-            now=self._service.clock.now(),
+            now=self._service._clock.now(),  # noqa: SLF001 - same package
             key=None,
             intent=None,
             confirmation=None,

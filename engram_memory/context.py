@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import unicodedata
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -65,6 +65,18 @@ def tool_set(tools: Iterable[str]) -> frozenset[str]:
     return names
 
 
+def _in_utc(value: datetime) -> datetime:
+    """An aware ``value`` in UTC (anything else unchanged, for :func:`_aware` to refuse).
+
+    Stored in UTC so that the service's subtractions count elapsed time: two datetimes sharing
+    one ``tzinfo`` object subtract by their wall-clock fields, across a DST change too.
+    """
+    given: object = value  # typed callers pass a datetime; at run time it can be anything
+    if isinstance(given, datetime) and given.utcoffset() is not None:
+        return given.astimezone(UTC)
+    return value
+
+
 def _aware(_inst: object, attribute: attrs.Attribute[datetime], value: datetime) -> None:
     if not isinstance(value, datetime):
         raise TypeError(f"{attribute.name} must be a datetime")
@@ -114,7 +126,7 @@ class Confirmation:
     ``operation_digest`` must be ``str`` (else ``TypeError``) with no lone surrogate (else
     ``ValueError``); ``id`` must also be non-empty, at most 512 UTF-8 bytes and in Unicode NFC
     (else ``ValueError``); both times must be ``datetime`` (else ``TypeError``) and timezone-aware
-    (else ``ValueError``). The id is stored in clear in the scope (to
+    (else ``ValueError``); they are kept in UTC. The id is stored in clear in the scope (to
     refuse its reuse): keep personal data, such as an approver's name or e-mail, out of it.
     """
 
@@ -122,8 +134,8 @@ class Confirmation:
     tool: str = attrs.field(validator=_text)
     target: str = attrs.field(validator=_text)
     operation_digest: str = attrs.field(validator=_text)
-    requested_at: datetime = attrs.field(validator=_aware)
-    approved_at: datetime = attrs.field(validator=_aware)
+    requested_at: datetime = attrs.field(converter=_in_utc, validator=_aware)
+    approved_at: datetime = attrs.field(converter=_in_utc, validator=_aware)
 
 
 @attrs.frozen(kw_only=True)
@@ -133,7 +145,7 @@ class HostBinding:
     ``tools`` are the tools this binding grants, named explicitly: there is no default, and a
     tool left out is absent (``-32602``). A single string or an unknown name is refused
     (``TypeError`` / ``ValueError``, see :func:`tool_set`). Pass :data:`ALL_TOOLS` to grant all six; the Policy may
-    narrow them further. ``deadline`` is an aware datetime after which the call fails with
+    narrow them further. ``deadline`` is an aware datetime (kept in UTC) after which the call fails with
     ``DEADLINE_EXCEEDED``. The six ids and ``audit_id`` are not checked when built: a tenant,
     workspace, principal, agent id, session or purpose that is not a ``str``, is empty, is not
     valid Unicode text (a lone surrogate) or is not in Unicode NFC, or an ``audit_id`` that is
@@ -153,7 +165,9 @@ class HostBinding:
     purpose_ref: str
     tools: frozenset[str] = attrs.field(converter=tool_set)
     audit_id: str | None = None
-    deadline: datetime | None = attrs.field(default=None, validator=attrs.validators.optional(_aware))
+    deadline: datetime | None = attrs.field(
+        default=None, converter=attrs.converters.optional(_in_utc), validator=attrs.validators.optional(_aware)
+    )
     confirmation: Confirmation | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(Confirmation))
     )

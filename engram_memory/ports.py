@@ -671,7 +671,12 @@ class Policy(Protocol):
         ...
 
     def decide(self, request: AdmissionRequest, now: datetime) -> AdmissionDecision:
-        """Decide a pending candidate."""
+        """Decide a pending candidate.
+
+        ``now`` is the instant the call read (UTC). The decision's ``issued_at`` (aware, any
+        zone) may be ``now`` or the host clock's reading while deciding: it is ``POLICY_STALE``
+        when more than 300 s old, or later than the service's own reading once ``decide`` returns.
+        """
         ...
 
 

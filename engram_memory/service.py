@@ -29,6 +29,7 @@ import attrs
 
 from engram_memory.canonical import has_utf8_form
 from engram_memory.clock import SystemClock
+from engram_memory.clock_guard import GuardedClock
 from engram_memory.context import Confirmation, HostBinding
 from engram_memory.errors import EngramError, ErrorCode, ProtocolError
 from engram_memory.mutation_guard import Mutation, operation_target
@@ -106,7 +107,9 @@ class MemoryService:
             (it narrows no tool the binding grants, and every candidate waits for the host's
             adjudication).
         clock: injected time (the system clock by default; a
-            :class:`~engram_memory.ManualClock` for tests and replays).
+            :class:`~engram_memory.ManualClock` for tests and replays). Its instants are read in
+            UTC; a clock that raises or answers no aware ``datetime`` makes the call
+            ``CAPABILITY_UNAVAILABLE``, with nothing written.
         ranker: the search ranker (the lexical ``offline_lexical_v1`` ranker by default).
         audit_ids: makes an ``auditId`` when the binding carries none.
         page_cursor_lifetime: how long a ``next_page_cursor`` may be used, counted from the
@@ -136,13 +139,14 @@ class MemoryService:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.ranker: Ranker = ranker if ranker is not None else LexicalRanker()
         self._audit_ids = audit_ids
-        self._write = WritePath(store=store, vault=vault, policy=self.policy, clock=self.clock)
+        self._clock = GuardedClock(self.clock)  # every read of time: aware UTC, or CAPABILITY_UNAVAILABLE
+        self._write = WritePath(store=store, vault=vault, policy=self.policy, clock=self._clock)
         self._closed = False
         self._read = ReadPath(
             store=store,
             vault=vault,
             policy=self.policy,
-            clock=self.clock,
+            clock=self._clock,
             ranker=self.ranker,
             cursor_lifetime_ms=cursor_lifetime_ms,
         )

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from engram_memory.canonical import (
@@ -507,7 +507,9 @@ class WritePath:
             raise EngramError(ErrorCode.POLICY_STALE, detail="decision from another policy")
         if decision.record_digest != record["record_digest"]:
             raise EngramError(ErrorCode.INVALID_DIGEST, detail="decision for another record")
-        age = now - decision.issued_at
+        # a policy may stamp its decision with the host clock while it decides, after ``now``
+        decided_by = max(now, self._clock.now())
+        age = decided_by - decision.issued_at.astimezone(UTC)  # elapsed time, whatever its zone
         if not timedelta(0) <= age <= DECISION_MAX_AGE:
             raise EngramError(ErrorCode.POLICY_STALE, detail="decision too old or in the future")
         envelope = {
