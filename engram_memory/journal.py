@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Literal
 
 import attrs
@@ -20,6 +21,8 @@ from engram_memory.canonical import (
     canonical_bytes,
     digest,
     format_cursor,
+    format_instant,
+    is_instant,
     parse_plain,
 )
 from engram_memory.errors import ErrorCode, KeyUnavailableError, SealIntegrityError
@@ -27,7 +30,7 @@ from engram_memory.ports import FIELDS, JournalEvent, KeyVault, RecordRow, Seale
 from engram_memory.ranking.tokenizer import term_frequencies
 from engram_memory.records import candidate_context, record_context, rederived
 
-__all__ = ["VerifyReport", "build_event", "state_digest", "verify_scope"]
+__all__ = ["VerifyReport", "build_event", "journal_instant", "state_digest", "verify_scope"]
 
 _Problem = tuple[int, ErrorCode, str]
 """A verify finding: the cursor it is reported at, its code and detail."""
@@ -50,6 +53,27 @@ def build_event(
     body["event_digest"] = digest(Domain.JOURNAL_EVENT, body)
     event = JournalEvent(cursor=cursor, event_digest=body["event_digest"], body=canonical_bytes(body))
     return event, body
+
+
+def journal_instant(reader: StoreReader, now: datetime) -> str:
+    """The ``recorded_at`` of the scope's next event: ``now``, or the last event's if that is later.
+
+    Journal time never decreases as the cursor grows, even when a call that read the clock earlier
+    commits after one that read it later (each reads it before it waits for the unit), or when
+    the host clock steps back. Call it inside the unit that appends the event. A last event
+    without a readable ``recorded_at`` (verify reports it) does not hold ``now`` back.
+    """
+    instant = format_instant(now)
+    high_water = reader.high_water()
+    if high_water <= 0:
+        return instant
+    for event in reader.events(after=high_water - 1):
+        try:
+            previous = json.loads(event.body).get("recorded_at")
+        except (ValueError, AttributeError):
+            return instant
+        return previous if is_instant(previous) and previous > instant else instant
+    return instant  # pragma: no cover - the high water always has an event
 
 
 def state_digest(reader: StoreReader) -> str:

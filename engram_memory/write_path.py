@@ -46,7 +46,7 @@ from engram_memory.errors import (
     ProtocolError,
     SealIntegrityError,
 )
-from engram_memory.journal import build_event
+from engram_memory.journal import build_event, journal_instant
 from engram_memory.lifecycle import check_admissible, check_forgettable, check_withdrawable, duplicate_value
 from engram_memory.mutation_guard import Attempt, MutationGuard
 from engram_memory.ports import (
@@ -165,21 +165,22 @@ class WritePath:
         completed = complete_payload(raw["payload"], binding.scope)
         payload_digest = digest(Domain.PAYLOAD, completed)
         candidate_id = candidate_id_for(binding.scope, binding.principal, args.idempotency_key)
-        recorded_at = format_instant(now)
         authorization = self._guard.authorization(CAPTURE, binding, candidate_id, now)
-        trust = trust_binding(
-            trust_class=self._policy.trust_class(binding),
-            evidence_digest=args.evidence.evidence_digest,
-            policy_id=self._policy.policy_id,
-            policy_version=self._policy.policy_version,
-            issued_at=recorded_at,
-            payload_digest=payload_digest,
-        )
+        trust_class = self._policy.trust_class(binding)
 
         def work(unit: UnitOfWork, attempt: Attempt) -> dict[str, Any]:
             if unit.candidate(candidate_id) is not None:
                 raise EngramError(ErrorCode.DIGEST_CONFLICT, detail="candidate identity exists")
             cursor = format_cursor(unit.high_water() + 1)
+            recorded_at = journal_instant(unit, now)
+            trust = trust_binding(
+                trust_class=trust_class,
+                evidence_digest=args.evidence.evidence_digest,
+                policy_id=self._policy.policy_id,
+                policy_version=self._policy.policy_version,
+                issued_at=recorded_at,
+                payload_digest=payload_digest,
+            )
             record = build_record(
                 completed=completed,
                 payload_digest=payload_digest,
@@ -339,7 +340,6 @@ class WritePath:
         pending = _pending_adjudication(candidate_id, row.created_cursor, decision_digest)
         if decision == "adjudication_required":
             return self._held(binding, key, intent, pending)
-        committed_at = format_instant(now)
         authorization = self._guard.authorization(ADMISSION, binding, candidate_id, now)
         accept = decision == "accept"
         doomed: list[str] = []
@@ -352,6 +352,7 @@ class WritePath:
             if accept and watches_forgotten and unit.is_tombstoned_payload(payload_digest):
                 # a forget of the same content committed while the policy (or the host) decided
                 raise _ForgottenMeanwhileError if guarded else _forgotten_refused()
+            committed_at = journal_instant(unit, now)
             event, body = build_event(
                 unit,
                 recorded_at=committed_at,
@@ -537,13 +538,13 @@ class WritePath:
         if replay is not None:
             return from_json(WithdrawResult, self._erased(binding.scope, replay, replayed=True))
         intent = self._guard.intent(WITHDRAW, args)
-        at = format_instant(now)
         authorization = self._guard.authorization(WITHDRAW, binding, args.candidate_id, now)
         doomed: list[str] = []
 
         def work(unit: UnitOfWork, _attempt: Attempt) -> dict[str, Any]:
             doomed.clear()
             current = check_withdrawable(unit.candidate(args.candidate_id))
+            at = journal_instant(unit, now)
             event, body = build_event(
                 unit,
                 recorded_at=at,
@@ -621,13 +622,13 @@ class WritePath:
         if replay is not None:
             return from_json(ForgetResult, self._erased(binding.scope, replay, replayed=True))
         intent = self._guard.intent(FORGET, args)
-        at = format_instant(now)
         authorization = self._guard.authorization(FORGET, binding, args.record_id, now)
         doomed: list[str] = []
 
         def work(unit: UnitOfWork, _attempt: Attempt) -> dict[str, Any]:
             doomed.clear()
             current = check_forgettable(unit.record(args.record_id))
+            at = journal_instant(unit, now)
             event, body = build_event(
                 unit,
                 recorded_at=at,
