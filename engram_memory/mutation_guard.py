@@ -217,13 +217,22 @@ class MutationGuard:
 
         A replay of a gated operation still needs a confirmation bound to the same operation, but
         not a fresh or unused one: it writes nothing, and a retry after an unknown outcome must be
-        able to reuse the approval the first attempt consumed.
+        able to reuse the approval the first attempt consumed. A call with the same key and
+        approval that commits between the idempotency lookup and the gate has consumed the
+        approval: the gate's refusal is then answered by looking the key up again, as a replay.
         """
         replay = self.replay(binding, tool, args)
-        if replay is not None:
-            self.bound_confirmation(tool, args, binding)
-            return replay, None
-        return None, self.gate(tool, args, binding, now)
+        if replay is None:
+            try:
+                return None, self.gate(tool, args, binding, now)
+            except EngramError as refusal:
+                if refusal.code is not ErrorCode.GATE_FAILED:
+                    raise
+                replay = self.replay(binding, tool, args)  # committed meanwhile by the same call?
+                if replay is None:
+                    raise
+        self.bound_confirmation(tool, args, binding)
+        return replay, None
 
     def gate(self, tool: str, args: Mutation, binding: HostBinding, now: datetime) -> Confirmation | None:
         """A valid, unused confirmation for this call, or ``None`` when none is required.
@@ -372,20 +381,26 @@ class MutationGuard:
     def destroy_doomed(self, scope: str, key_refs: Sequence[str]) -> None:
         """Destroy committed-doomed keys in one vault call, then clear them in one unit of work.
 
+        Once the vault has destroyed the keys, a store that cannot clear their doomed rows (its
+        write lock busy past the timeout, say) is logged, not raised: the keys are gone, and the
+        rows only make a later :meth:`reap` or erasure destroy them again, which is a no-op.
+
         Raises:
-            EngramError: ``STORE_UNAVAILABLE`` (retriable) when the vault or the store fails; the
-                keys stay doomed (a vault may have destroyed some of them: destroying them again
-                is a no-op).
+            EngramError: ``STORE_UNAVAILABLE`` (retriable) when the vault fails; the keys stay
+                doomed (a vault may have destroyed some of them: destroying them again is a no-op).
         """
         if not key_refs:
             return
         try:
             self._vault.destroy(*key_refs)
+        except Exception as exc:  # the vault is foreign code: any failure leaves the keys doomed
+            raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="doomed keys not destroyed") from exc
+        try:
             with self._store.write(scope) as unit:
                 for key_ref in key_refs:
                     unit.clear_doomed_key(key_ref)
-        except Exception as exc:  # the vault is foreign code: any failure leaves the keys doomed
-            raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="doomed keys not destroyed") from exc
+        except Exception:  # noqa: BLE001 - the store is foreign code; the keys are already gone
+            _log.warning("doomed keys destroyed; their doomed rows are cleared by a later reap", exc_info=True)
 
     def reap(self) -> int:
         """Destroy every scope's doomed keys; return how many.

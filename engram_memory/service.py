@@ -99,6 +99,13 @@ def _wrong_args(args: object, message: str) -> TypeError:
 class MemoryService:
     """Governed memory for agents: search, get, capture, request_admission, withdraw, forget.
 
+    One service may be shared by every thread of the host: calls run concurrently, the store
+    orders their units of work, and identical mutations (same principal, key and arguments)
+    racing each other commit once and answer the same response (the later ones as replays).
+    :meth:`close` it once, after the last call: a call running during the close, or made after
+    it, fails (``STORE_UNAVAILABLE``, or ``MUTATION_OUTCOME_UNKNOWN`` for an erasure caught between
+    its commit and its key destruction).
+
     Args:
         store: journal, state, idempotency rows and index (one unit of work per mutation).
         vault: data keys for sealed candidates and record bodies.
