@@ -430,7 +430,11 @@ class MemoryService:
         except EngramError as error:
             # for the host's debugging; never the notes, which may quote an argument value
             _log.debug(
-                "%s answered %s at %s (auditId %s)", name, error.code.value, loggable_pointer(error.pointer), audit_id
+                "%s answered %s at %s (auditId %s)",
+                name,
+                error.code.value,
+                loggable_pointer(error.pointer, name),
+                audit_id,
             )
             return failure_envelope(error, audit_id)
         except ProtocolError:
