@@ -6,7 +6,7 @@ import stat
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Final, Literal, NoReturn
+from typing import TYPE_CHECKING, Final, Literal, NoReturn
 
 from engram_memory.clock import SystemClock
 from engram_memory.errors import MissingFileError
@@ -16,6 +16,9 @@ from engram_memory.policy import DefaultPolicy
 from engram_memory.ports import Clock, KeyVault, Policy, Ranker, Store
 from engram_memory.service import MemoryService
 from engram_memory.stores.memory import InMemoryStore
+
+if TYPE_CHECKING:
+    from engram_memory.keyvaults.sqlite import SQLiteKeyVault
 
 __all__ = ["connect"]
 
@@ -70,7 +73,9 @@ def connect(
     exception note naming the file it was opening: the driver's message names none. It raises
     :class:`~engram_memory.errors.MissingFileError`, creating nothing, when ``<path>.vault`` is
     missing beside a store that holds a journal, or ``<path>`` beside an existing vault (without
-    ``vault=``): a brand-new vault or store there would hide the loss, not repair it.
+    ``vault=``): a brand-new vault or store there would hide the loss, not repair it. An existing
+    vault is opened before the store, so these refusals and a missing or wrong master key leave
+    a store of an older schema version as it was (not upgraded).
     """
     lifetime_ms(page_cursor_lifetime)  # refused before any file is created
     if synchronous not in _SYNCHRONOUS:
@@ -106,42 +111,67 @@ def _open_sqlite(
 ) -> tuple[Store, KeyVault]:
     """The SQLite store at ``path`` and, unless ``vault`` is given, the SQLite key vault beside it.
 
-    A failure to open either carries a note naming the file (the driver's message names none);
-    the store is closed again when the vault cannot be opened.
+    An existing vault is opened first, so a missing or wrong master key refuses the pair before
+    the store is opened (and perhaps upgraded); a missing vault beside a store that holds a scope
+    is refused before either is opened. A failure to open either carries a note naming the file
+    (the driver's message names none); the one opened first is closed again.
 
     Raises:
         MissingFileError: the vault file is missing beside a store that holds a journal, or the
             store file beside a vault that exists (without ``vault``); nothing is created.
     """
-    from engram_memory.stores.sqlite import SQLiteStore  # noqa: PLC0415 - the core never imports sqlite3
+    if vault is not None:
+        return _open_store(path, synchronous), vault
+    from engram_memory.stores.sqlite._files import holds_scopes  # noqa: PLC0415 - the core never imports sqlite3
 
     vault_path = path + ".vault"
-    vault_existed = vault is None and _holds_bytes(vault_path)
-    if vault_existed and not _holds_bytes(path):
-        raise MissingFileError(
-            f"the store {path!r} of the existing key vault {vault_path!r} is missing: restore it beside "
-            "the vault, or move the vault and its key file away to start a new memory"
-        )
+    if _holds_bytes(vault_path):
+        if not _holds_bytes(path):
+            raise MissingFileError(
+                f"the store {path!r} of the existing key vault {vault_path!r} is missing: restore it beside "
+                "the vault, or move the vault and its key file away to start a new memory"
+            )
+        own_vault = _open_vault(path, master_key)
+        try:
+            return _open_store(path, synchronous), own_vault
+        except BaseException:
+            own_vault.close()
+            raise
+    if _holds_bytes(path) and holds_scopes(path):
+        _missing_vault(path, vault_path)
+    store = _open_store(path, synchronous)
     try:
-        store = SQLiteStore(path, synchronous=synchronous)
+        if store.scopes():  # a file the read-only look could not tell about
+            _missing_vault(path, vault_path)
+        return store, _open_vault(path, master_key)
+    except BaseException:
+        store.close()
+        raise
+
+
+def _open_store(path: str, synchronous: Literal["FULL", "NORMAL"]) -> Store:
+    """The SQLite store at ``path`` (created or upgraded), with a note naming it on failure."""
+    from engram_memory.stores.sqlite import SQLiteStore  # noqa: PLC0415 - the core never imports sqlite3
+
+    try:
+        return SQLiteStore(path, synchronous=synchronous)
     except Exception as exc:
         exc.add_note(f"{OPENING_STORE_NOTE}{path!r}")
         raise
-    if vault is not None:
-        return store, vault
-    from engram_memory.keyvaults.sqlite import SQLiteKeyVault  # noqa: PLC0415 - same
 
+
+def _open_vault(path: str, master_key: bytes | None) -> SQLiteKeyVault:
+    """The SQLite key vault beside ``path`` (created if missing), with a note naming it on failure."""
+    from engram_memory.keyvaults.sqlite import SQLiteKeyVault  # noqa: PLC0415 - the core never imports sqlite3
+
+    vault_path = path + ".vault"
     try:
-        if not vault_existed and store.scopes():
-            _missing_vault(path, vault_path)
         if master_key is not None:
-            return store, SQLiteKeyVault(vault_path, master_key)
-        return store, SQLiteKeyVault(vault_path, master_key_file=path + ".key")
-    except BaseException as exc:
-        store.close()
-        if isinstance(exc, Exception) and not isinstance(exc, MissingFileError):
-            key_file = "" if master_key is not None else f" with the key file {path + '.key'!r}"
-            exc.add_note(f"opening the SQLite key vault {vault_path!r}{key_file}")
+            return SQLiteKeyVault(vault_path, master_key)
+        return SQLiteKeyVault(vault_path, master_key_file=path + ".key")
+    except Exception as exc:
+        key_file = "" if master_key is not None else f" with the key file {path + '.key'!r}"
+        exc.add_note(f"opening the SQLite key vault {vault_path!r}{key_file}")
         raise
 
 

@@ -7,6 +7,7 @@ import hashlib
 import logging
 import os
 import re
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,9 @@ import pytest
 from engram_memory.connect import connect
 from engram_memory.errors import MissingFileError
 from engram_memory.keyvaults.memory import InMemoryKeyVault
+from engram_memory.keyvaults.sqlite import MasterKeyError, SQLiteKeyVault
+from engram_memory.stores.sqlite import _seed_secret
+from engram_memory.stores.sqlite._schema import STORE_SCHEMA, migrate
 from engram_memory.testing.fakes import CAPTURE, capture_args, make_binding, make_key, ok
 
 KEY = bytes(range(32))
@@ -131,3 +135,54 @@ def test_a_key_file_open_to_others_is_used_with_a_warning(folder: Path, caplog: 
         "anyone who can read it can decrypt the memory; make it 0600"
     )
     assert KEY.hex() not in record.getMessage()
+
+
+def _outdated_store_with_a_scope(db: Path) -> int:
+    """A store one schema version behind, holding one scope (as an older release leaves it)."""
+    behind = STORE_SCHEMA.latest - 1
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        assert migrate(conn, STORE_SCHEMA, target=behind, seed=_seed_secret) == behind
+        conn.execute("INSERT INTO scopes (scope) VALUES ('sha256:' || hex(zeroblob(32)))")
+    finally:
+        conn.close()
+    return behind
+
+
+def _user_version(db: Path) -> int:
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+    finally:
+        conn.close()
+    return version
+
+
+def test_an_outdated_store_without_its_vault_is_refused_before_it_is_upgraded(folder: Path) -> None:
+    behind = _outdated_store_with_a_scope(folder / "memory.db")
+    before = _files(folder)
+
+    with pytest.raises(MissingFileError, match=re.escape("the key vault 'memory.db.vault' of the existing store")):
+        connect("sqlite:///memory.db")
+
+    assert _files(folder) == before  # not upgraded, no vault, no key file
+    assert _user_version(folder / "memory.db") == behind
+
+
+def test_an_outdated_store_whose_vault_refuses_the_key_is_not_upgraded(folder: Path) -> None:
+    behind = _outdated_store_with_a_scope(folder / "memory.db")
+    SQLiteKeyVault("memory.db.vault", KEY).close()
+    store_before = (folder / "memory.db").read_bytes()
+
+    with pytest.raises(MasterKeyError):
+        connect("sqlite:///memory.db", master_key=bytes(32))
+    (folder / "memory.db.key").write_bytes(b"short")
+    with pytest.raises(MasterKeyError, match="exactly 32 bytes"):
+        connect("sqlite:///memory.db")
+
+    assert (folder / "memory.db").read_bytes() == store_before
+    assert _user_version(folder / "memory.db") == behind
+    service = connect("sqlite:///memory.db", master_key=KEY)  # the right key upgrades and opens it
+    service.close()
+    assert _user_version(folder / "memory.db") == STORE_SCHEMA.latest

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from engram_memory import DefaultPolicy
 from engram_memory.connect import connect
-from engram_memory.keyvaults.sqlite import MasterKeyError
+from engram_memory.errors import StoreUnavailableError
+from engram_memory.keyvaults.sqlite import MasterKeyError, SQLiteKeyVault
 from engram_memory.policy_guard import GuardedPolicy
 from engram_memory.stores.sqlite import SQLiteStore
 from engram_memory.testing.fakes import ADMISSION, CAPTURE, capture_args, make_binding, make_key, ok
@@ -46,19 +48,45 @@ def test_synchronous_reaches_the_sqlite_store(synchronous: str, level: int, tmp_
         service.close()
 
 
-def test_a_vault_that_refuses_its_master_key_closes_the_store_it_opened(
+def test_a_vault_that_refuses_its_master_key_is_refused_before_the_store_is_opened(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The existing vault opens first: a wrong key leaves the store unopened (and not upgraded)."""
     url = f"sqlite:///{tmp_path / 'refused.db'}"
     connect(url, master_key=KEY).close()
-    closed: list[str] = []
-    real_close = SQLiteStore.close
+    before = (tmp_path / "refused.db").read_bytes()
+    opened: list[str] = []
+    real_init = SQLiteStore.__init__
 
-    def spy(self: SQLiteStore) -> None:
-        closed.append(self.path)
-        real_close(self)
+    def spy(self: SQLiteStore, path: str, **options: Any) -> None:
+        opened.append(path)
+        real_init(self, path, **options)
 
-    monkeypatch.setattr(SQLiteStore, "close", spy)
+    monkeypatch.setattr(SQLiteStore, "__init__", spy)
     with pytest.raises(MasterKeyError):
         connect(url, master_key=bytes(32))
-    assert closed == [str(tmp_path / "refused.db")]
+    assert opened == []
+    assert (tmp_path / "refused.db").read_bytes() == before
+
+
+def test_a_store_that_cannot_be_opened_closes_the_vault_opened_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'pair.db'}"
+    connect(url, master_key=KEY).close()
+    closed: list[str] = []
+    real_close = SQLiteKeyVault.close
+
+    def spy(self: SQLiteKeyVault) -> None:
+        closed.append(self._path)  # which vault was closed
+        real_close(self)
+
+    def refuse(self: SQLiteStore, path: str, **options: Any) -> None:
+        raise StoreUnavailableError("store refused")
+
+    monkeypatch.setattr(SQLiteKeyVault, "close", spy)
+    monkeypatch.setattr(SQLiteStore, "__init__", refuse)
+    with pytest.raises(StoreUnavailableError) as caught:
+        connect(url, master_key=KEY)
+    assert closed == [str(tmp_path / "pair.db.vault")]
+    assert caught.value.__notes__ == [f"opening the SQLite store {str(tmp_path / 'pair.db')!r}"]

@@ -37,6 +37,7 @@ __all__ = [
     "connect_read_only",
     "create_private",
     "file_mark",
+    "holds_scopes",
     "integrity_problems",
     "read_only_uri",
     "truncate_left_over_wal",
@@ -126,6 +127,26 @@ def connect_read_only(uri: str, *, busy_timeout_ms: int, cached_statements: int 
         conn.close()
         raise
     return conn
+
+
+def holds_scopes(path: str) -> bool | None:
+    """Whether the store file at ``path`` holds a scope, read without writing anything.
+
+    ``None`` when that cannot be told this way (not an engram-memory store of any version, a
+    ``-wal`` without its ``-shm``, a driver error): the caller then opens it the usual way, which
+    refuses it or answers the same question.
+    """
+    try:
+        conn = connect_read_only(read_only_uri(path, settle_seconds=0), busy_timeout_ms=1000)
+    except (sqlite3.Error, StoreUnavailableError):
+        return None
+    try:
+        found: int = conn.execute("SELECT EXISTS (SELECT 1 FROM scopes)").fetchone()[0]
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return found == 1
 
 
 def truncate_left_over_wal(conn: sqlite3.Connection, *, busy_timeout_ms: int) -> bool:
