@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import attrs
 
@@ -10,10 +10,49 @@ from engram_memory.canonical import Domain, digest
 from engram_memory.context import HostBinding
 from engram_memory.errors import EngramError, ErrorCode, ProtocolError
 from engram_memory.journal import VerifyReport, state_digest, verify_scope
-from engram_memory.ports import CandidateRow, SealedEnvelope
+from engram_memory.ports import CandidateRow, SealedEnvelope, StoreReader
 from engram_memory.results import RequestAdmissionResult
 from engram_memory.service import MemoryService
 from engram_memory.write_path import KeyVanishedError
+
+_VERIFY_SNAPSHOTS: Final = 3
+"""Snapshots :meth:`MemoryAdmin.verify_scope` reads at most while keys vanish under it."""
+_Sealed = tuple[Literal["candidate", "record"], str, SealedEnvelope]
+"""A sealed body met by verify: (item kind, its id, its envelope)."""
+
+
+@attrs.define
+class _KeySieve:
+    """Verify's ``erased_meanwhile``: keys destroyed after the snapshot, told from lost ones after the view.
+
+    In a pass, a missing key not yet told apart is skipped and kept as a suspect (``True``); in the
+    final pass, or once found lost, it is reported (``False``).
+    """
+
+    erased: set[_Sealed] = attrs.field(factory=set)
+    lost: set[_Sealed] = attrs.field(factory=set)
+    suspects: list[_Sealed] = attrs.field(factory=list)
+    passes: int = 0
+    final: bool = False
+
+    def __call__(self, item: Literal["candidate", "record"], item_id: str, sealed: SealedEnvelope) -> bool:
+        found = (item, item_id, sealed)
+        if found in self.erased:
+            return True
+        if found in self.lost or self.final:
+            return False
+        self.suspects.append(found)
+        return True
+
+    def sort(self, fresh: StoreReader) -> bool:
+        """File this pass's suspects by a fresh view (a row no longer holding its key was erased); any lost?"""
+        for item, item_id, sealed in self.suspects:
+            row = fresh.candidate(item_id) if item == "candidate" else fresh.record(item_id)
+            (self.erased if row is None or row.sealed != sealed else self.lost).add((item, item_id, sealed))
+        found_lost = any(suspect in self.lost for suspect in self.suspects)
+        self.suspects.clear()
+        return found_lost
+
 
 __all__ = ["MemoryAdmin", "PendingCandidate"]
 
@@ -243,18 +282,23 @@ class MemoryAdmin:
         """:meth:`verify` for a scope key (as listed by ``store.scopes()``).
 
         The store is read from one snapshot but keys are opened in the live vault, so a key that
-        an erasure destroyed after the snapshot looks missing: such a key is checked against a
-        fresh view, and a row that no longer holds it is not reported.
+        an erasure destroyed after the snapshot looks missing. Such a key is looked up again in a
+        fresh view once the snapshot's view is closed (a store may serialise views): a row that no
+        longer holds it was erased meanwhile and is not reported; a row that still holds it is
+        ``BLOB_MISSING``, reported by verifying again (at most three snapshots in all).
         """
-        store = self._service.store
-
-        def erased_meanwhile(item: Literal["candidate", "record"], item_id: str, sealed: SealedEnvelope) -> bool:
+        store, vault = self._service.store, self._service.vault
+        sieve = _KeySieve()
+        while True:
+            sieve.final = sieve.passes == _VERIFY_SNAPSHOTS - 1
+            with store.read(scope) as reader:
+                report = verify_scope(reader, vault, scope, erased_meanwhile=sieve)
+            sieve.passes += 1
+            if not sieve.suspects:
+                return report
             with store.read(scope) as fresh:
-                row = fresh.candidate(item_id) if item == "candidate" else fresh.record(item_id)
-            return row is None or row.sealed != sealed
-
-        with store.read(scope) as reader:
-            return verify_scope(reader, self._service.vault, scope, erased_meanwhile=erased_meanwhile)
+                if not sieve.sort(fresh):
+                    return report
 
     def state_digest(self, *, tenant_id: str, workspace_id: str) -> str:
         """Digest of the scope's folded state (equal across backends for the same trace).

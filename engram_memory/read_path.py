@@ -98,8 +98,16 @@ _DIGEST_MEMBER_BYTES: Final = len(',"response_digest":""') + len(ZERO_DIGEST)
 _SCORE_AND_RECENCY: Final = struct.Struct(">dd")
 
 
-class _ConcurrentErasureError(Exception):
-    """A record's key vanished because a forget committed while this read was in progress."""
+class _KeyGoneError(Exception):
+    """A record's key is unavailable in the vault; whether a forget erased it meanwhile is told after the view.
+
+    Raised out of the read view, so that the fresh view that tells it apart is never opened while
+    another view of the same thread is open (a store may serialise views with a plain lock).
+    """
+
+    def __init__(self, row: RecordRow) -> None:
+        super().__init__("record key unavailable")
+        self.row = row
 
 
 def _stale(detail: str) -> EngramError:
@@ -161,16 +169,14 @@ class ReadPath:
         Raises:
             EngramError: ``BLOB_MISSING`` (no body, key gone) or ``JOURNAL_CORRUPT`` (the body does
                 not authenticate or does not re-derive its id and digest).
-            _ConcurrentErasureError: the key is gone because the record was forgotten meanwhile.
+            _KeyGoneError: the key is unavailable (see :meth:`_key_gone`, called once the view is closed).
         """
         if row.sealed is None:
             raise EngramError(ErrorCode.BLOB_MISSING, detail="eligible record has no body")
         try:
             plaintext = self._vault.open(row.sealed, record_context(scope, row.record_id))
         except KeyUnavailableError as exc:
-            if self._erased_meanwhile(scope, row):
-                raise _ConcurrentErasureError from exc
-            raise EngramError(ErrorCode.BLOB_MISSING, detail="record key unavailable") from exc
+            raise _KeyGoneError(row) from exc
         except SealIntegrityError as exc:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="record body altered") from exc
         try:
@@ -183,11 +189,17 @@ class ReadPath:
         opened: dict[str, Any] = record
         return opened, whole
 
-    def _erased_meanwhile(self, scope: str, row: RecordRow) -> bool:
-        """Whether a fresh view shows the record changed since ``row`` was read (a concurrent forget)."""
+    def _key_gone(self, scope: str, gone: _KeyGoneError) -> bool:
+        """Whether a fresh view shows the record changed since it was read (a concurrent forget).
+
+        Called with no view open. Raises ``BLOB_MISSING`` when it did not change: the key is lost.
+        """
+        row = gone.row
         with self._reading(scope) as fresh:
             current = fresh.record(row.record_id)
-        return current is None or current.sealed != row.sealed or current.state != row.state
+        if current is None or current.sealed != row.sealed or current.state != row.state:
+            return True
+        raise EngramError(ErrorCode.BLOB_MISSING, detail="record key unavailable") from gone.__cause__
 
     def _redaction(
         self, record: dict[str, Any], whole: bytes, allowlist: tuple[str, ...] | None
@@ -257,8 +269,8 @@ class ReadPath:
         for _attempt in range(_SEARCH_ATTEMPTS):
             try:
                 return self._search_once(binding, args)
-            except _ConcurrentErasureError:
-                continue
+            except _KeyGoneError as gone:
+                self._key_gone(binding.scope, gone)  # forgotten meanwhile: search again
         raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="records kept being erased during the search")
 
     def _rank(self, reader: StoreReader, query: RankingQuery) -> list[RankedHit]:
@@ -522,15 +534,16 @@ class ReadPath:
         now_ms = epoch_ms(now)
         scope = binding.scope
         allowlist = self._allowlist(binding)
-        with self._reading(scope) as reader:
-            high_water = reader.high_water()
-            row = reader.record(args.record_id)
-            if row is None or not row_is_eligible(row, valid_as_of=now_ms, now_ms=now_ms):
-                raise EngramError(ErrorCode.NOT_FOUND)
-            try:
+        try:
+            with self._reading(scope) as reader:
+                high_water = reader.high_water()
+                row = reader.record(args.record_id)
+                if row is None or not row_is_eligible(row, valid_as_of=now_ms, now_ms=now_ms):
+                    raise EngramError(ErrorCode.NOT_FOUND)
                 record, whole = self._open(scope, row)
-            except _ConcurrentErasureError as exc:
-                raise EngramError(ErrorCode.NOT_FOUND) from exc
+        except _KeyGoneError as gone:
+            self._key_gone(scope, gone)
+            raise EngramError(ErrorCode.NOT_FOUND) from gone  # forgotten meanwhile
         redacted, removed, redaction, redacted_bytes = self._redaction(record, whole, allowlist)
         if len(redacted_bytes) > args.max_packet_bytes:
             raise EngramError(ErrorCode.PROJECTION_OVERSIZED, detail="record exceeds max_packet_bytes")

@@ -310,7 +310,7 @@ class WritePath:
                         return from_json(RequestAdmissionResult, {**replay, "replayed": True})
                     raise
                 if row.state == "admitted":
-                    return self._duplicate_admission(binding, row, key, intent)
+                    raise _AlreadyAdmittedError(row)  # noqa: TRY301 - answered once the view is closed
                 opened = self.open_candidate(scope, row)
                 completed = opened["payload"]
                 payload_digest = digest(Domain.PAYLOAD, completed)
@@ -327,6 +327,8 @@ class WritePath:
                 forgotten = reader.is_tombstoned_payload(payload_digest)
         except KeyVanishedError as vanished:
             raise self._vanished_key_error(scope, vanished.row) from vanished.__cause__
+        except _AlreadyAdmittedError as admitted:
+            return self._duplicate_admission(binding, admitted.row, key, intent)
         policy_changed = row.policy_id != self._policy.policy_id or row.policy_version != self._policy.policy_version
         if decide is None and policy_changed:
             raise EngramError(ErrorCode.POLICY_STALE, detail="candidate captured under another policy")
@@ -715,6 +717,14 @@ class WritePath:
             raise EngramError(
                 ErrorCode.MUTATION_OUTCOME_UNKNOWN, detail="erasure committed; its key is not destroyed yet"
             ) from exc
+
+
+class _AlreadyAdmittedError(Exception):
+    """The candidate is already admitted: its duplicate answer binds the key in a unit, after the view."""
+
+    def __init__(self, row: CandidateRow) -> None:
+        super().__init__("candidate already admitted")
+        self.row = row
 
 
 class KeyVanishedError(Exception):
