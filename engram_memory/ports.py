@@ -584,7 +584,14 @@ class CaptureConstraints:
 
 @attrs.frozen(kw_only=True)
 class AdmissionRequest:
-    """What the service hands the policy: the opened, re-digested candidate."""
+    """What the service hands the policy: the opened, re-digested candidate, and who asks.
+
+    ``principal``, ``agent_id`` and ``session`` are those of the binding that calls
+    ``request_admission`` (the requester), not of the capture: the store does not record who
+    captured a candidate, so a rule such as "never admit one's own capture" cannot be written
+    from this request. A host that needs the capturer records it when the capture answers (the
+    answer names the ``candidate_id``) and looks it up here by ``candidate_id``.
+    """
 
     candidate_id: str
     scope: str

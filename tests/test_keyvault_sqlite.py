@@ -25,7 +25,7 @@ from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, MasterKeyError, SQLiteK
 from engram_memory.ports import KeyVault
 from engram_memory.stores.sqlite import MigrationLedgerError, SchemaVersionError, SQLiteStore
 from engram_memory.testing import KeyVaultConformance
-from engram_memory.testing.keyvault import KeyMaterial
+from engram_memory.testing.keyvault import KeyMaterial, Reopen
 from tests.sqlite_faults import corrupt_table
 
 MASTER = bytes(range(32))
@@ -393,6 +393,10 @@ class TestSQLiteKeyVault(KeyVaultConformance):
     @pytest.fixture
     def key_material(self) -> KeyMaterial | None:
         return _reveal
+
+    @pytest.fixture
+    def reopen(self, tmp_path: Path) -> Reopen | None:
+        return lambda: SQLiteKeyVault(tmp_path / "conformance-vault.db", MASTER)
 
 
 def test_the_master_key_file_never_exists_half_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -48,7 +48,7 @@ from engram_memory.testing.fakes import (  # noqa: E402 - after the registration
     ok,
     with_policy,
 )
-from engram_memory.testing.keyvault import CompleteDestruction, KeyMaterial, KeyVaultConformance  # noqa: E402
+from engram_memory.testing.keyvault import CompleteDestruction, KeyMaterial, KeyVaultConformance, Reopen  # noqa: E402
 from engram_memory.testing.ranker import RankerConformance  # noqa: E402
 from engram_memory.testing.service import ReplaceEventBody, ScopeContents, ServiceConformance  # noqa: E402
 from engram_memory.testing.stateful import service_machine  # noqa: E402
@@ -62,6 +62,7 @@ __all__ = [
     "KeyVaultConformance",
     "PolicyOverride",
     "RankerConformance",
+    "Reopen",
     "ReplaceEventBody",
     "ScopeContents",
     "ServiceConformance",

@@ -13,6 +13,10 @@ or exception text. By default it returns ``None`` and only plaintext leaks are c
 ``complete_destruction`` must return a callable that carries out scheduled destructions (drain a
 queue, advance a fake clock) when the vault's ``destroys_synchronously`` is false: the suite then
 checks that destroyed keys are gone, and fails a scheduling vault that does not provide it.
+``reopen`` may return a callable that opens another vault over the same storage (after the
+vault under test was closed, when it has ``close``): the suite then checks that a key is durable
+once ``seal`` returns and a destruction once ``destroy`` (and its completion) returns. A vault
+that keeps its keys across restarts must bind it; ``None`` (the default) skips those checks.
 One test runs several threads on one vault; none asserts how long anything takes.
 """
 
@@ -30,12 +34,14 @@ import pytest
 from engram_memory.errors import KeyUnavailableError, SealIntegrityError, StoreUnavailableError
 from engram_memory.ports import KeyVault, SealedEnvelope
 
-__all__ = ["CompleteDestruction", "KeyMaterial", "KeyVaultConformance", "finish_destruction"]
+__all__ = ["CompleteDestruction", "KeyMaterial", "KeyVaultConformance", "Reopen", "finish_destruction"]
 
 KeyMaterial = Callable[[KeyVault, str], bytes]
 """Reveals the raw key bytes behind a key ref (only a test binding can provide this)."""
 CompleteDestruction = Callable[[KeyVault], None]
 """Carries out a scheduling vault's pending destructions (only a test binding can provide this)."""
+Reopen = Callable[[], KeyVault]
+"""Opens another vault over the storage of the vault under test (a restart)."""
 
 CONTEXT = "sha256:" + "ab" * 32
 OTHER_CONTEXT = "sha256:" + "cd" * 32
@@ -73,6 +79,19 @@ def _retried(call: Callable[[], _T]) -> _T:
         except StoreUnavailableError:
             time.sleep(0)
     return call()
+
+
+def _close(vault: KeyVault) -> None:
+    """``vault.close()`` when the vault has one (it is optional on the port)."""
+    close = getattr(vault, "close", None)
+    if callable(close):
+        close()
+
+
+def _restarted(vault: KeyVault, reopen: Callable[[], KeyVault]) -> KeyVault:
+    """Close ``vault`` (when it can be) and open its storage again."""
+    _close(vault)
+    return reopen()
 
 
 class _Sealers:
@@ -166,6 +185,11 @@ class KeyVaultConformance:
     @pytest.fixture
     def complete_destruction(self) -> CompleteDestruction | None:
         """Capability, required for a vault that schedules destruction; ``None`` by default."""
+        return None
+
+    @pytest.fixture
+    def reopen(self) -> Reopen | None:
+        """Capability: opens the same storage again; ``None`` (a vault that keeps nothing across restarts)."""
         return None
 
     def test_seal_then_open_round_trips(self, vault: KeyVault) -> None:
@@ -304,13 +328,53 @@ class KeyVaultConformance:
             with pytest.raises(KeyUnavailableError):
                 vault.open(envelope, context)
 
-    def test_every_seal_uses_a_fresh_key_and_nonce(self, vault: KeyVault) -> None:
-        """Two seals of the same plaintext give different key refs, nonces and ciphertexts."""
+    def test_every_seal_uses_a_fresh_key_and_nonce(self, vault: KeyVault, key_material: KeyMaterial | None) -> None:
+        """Two seals of the same plaintext give different key refs, nonces and ciphertexts.
+
+        With ``key_material``, the keys' bytes differ too: a vault that seals everything under one
+        key, whatever ref it names, destroys nothing when it destroys a ref.
+        """
         first = vault.seal(CONTEXT, PLAINTEXT)
         second = vault.seal(CONTEXT, PLAINTEXT)
         assert first.key_ref != second.key_ref
         assert first.nonce != second.nonce
         assert first.ciphertext != second.ciphertext
+        if key_material is not None:
+            assert key_material(vault, first.key_ref) != key_material(vault, second.key_ref), (
+                "two seals used the same key bytes under two refs"
+            )
+
+    def test_sealed_keys_and_destructions_survive_a_restart(
+        self, vault: KeyVault, reopen: Reopen | None, complete_destruction: CompleteDestruction | None
+    ) -> None:
+        """After a restart, every envelope sealed before opens, and every key destroyed before stays gone.
+
+        A key must be durable before ``seal`` returns (a record sealed under it is committed next),
+        and a destruction once ``destroy`` and its completion return (a forget answers then). Two
+        restarts: one right after a destruction, one right after a seal, so neither call may
+        count on the other to write it down.
+        """
+        if reopen is None:
+            pytest.skip("the vault does not bind reopen (it keeps nothing across restarts)")
+        doomed = vault.seal(CONTEXT, b"doomed")
+        kept = vault.seal(OTHER_CONTEXT, b"kept")
+        vault.destroy(doomed.key_ref)
+        finish_destruction(vault, complete_destruction)
+        again = _restarted(vault, reopen)
+        try:
+            with pytest.raises(KeyUnavailableError):
+                again.open(doomed, CONTEXT)  # a destroyed key does not come back
+            assert again.open(kept, OTHER_CONTEXT) == b"kept", "a key sealed before a restart opens after it"
+            late = again.seal(CONTEXT, PLAINTEXT)
+        except BaseException:
+            _close(again)
+            raise
+        last = _restarted(again, reopen)
+        try:
+            assert last.open(late, CONTEXT) == PLAINTEXT, "a key sealed just before a restart opens after it"
+            assert last.open(kept, OTHER_CONTEXT) == b"kept"
+        finally:
+            _close(last)
 
     def test_nothing_secret_appears_in_repr_or_errors(self, vault: KeyVault, key_material: KeyMaterial | None) -> None:
         """Neither plaintext nor key material shows in reprs or exception text."""

@@ -1356,6 +1356,28 @@ class StoreConformance:
             assert list(reader.indexed_ids()) == ["mem_a"]
             assert reader.record("mem_z") == _row_of(_document("mem_z", {"old": _freq(primary=1)}))
 
+    def test_a_key_freed_by_unindex_never_names_two_live_documents(self, store: Store) -> None:
+        """Documents indexed after an ``unindex`` get keys no live document holds.
+
+        Three documents share a term; the middle one is unindexed and a fourth indexed: the term's
+        postings then name three distinct keys, each resolving to its own record. A store that
+        numbers a new document by how many it holds hands out the last live document's key again.
+        """
+        with store.write(SCOPE_A) as unit:
+            _index_with_rows(unit, [_document(f"mem_{name}", {"shared": _freq(primary=1)}) for name in ("a", "b", "c")])
+        with store.write(SCOPE_A) as unit:
+            unit.unindex("mem_b")
+        with store.write(SCOPE_A) as unit:
+            _index_with_rows(unit, [_document("mem_d", {"shared": _freq(context=1)})])
+        with store.read(SCOPE_A) as reader:
+            keys = list(reader.term_postings("shared")[0])
+            assert len(keys) == len(set(keys)) == 3, f"a freed key named two live documents: {keys}"
+            resolved = reader.index_entries(keys)
+            assert sorted(entry.record_id for entry in resolved.values()) == ["mem_a", "mem_c", "mem_d"], (
+                "each live document's key resolves to its own record"
+            )
+            assert sorted(record_id for record_id, _, _ in _resolved(reader, "shared")) == ["mem_a", "mem_c", "mem_d"]
+
     def test_index_entries_report_each_row_as_it_is(self, store: Store) -> None:
         """An entry carries its row's state, trust and times as they are now, not as they were indexed.
 
