@@ -448,8 +448,9 @@ class Store(Protocol):
     def read(self, scope: str) -> AbstractContextManager[StoreReader]:
         """A consistent read view of ``scope``, usable only inside its ``with`` block.
 
-        The service never opens a view on a thread that has a unit of work open, so what such a
-        view does is left to the store: ``InMemoryStore`` refuses it with
+        The service never opens a view or a unit on a thread that has a view open (a store may
+        serialise views and units with one plain lock), and never a view on a thread that has a
+        unit of work open, so what such a view does is left to the store: ``InMemoryStore`` refuses it with
         ``StoreUnavailableError``; ``SQLiteStore`` gives a view of the committed state, without
         the open unit's writes.
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from engram_memory import DefaultPolicy, MemoryService
+from engram_memory import DefaultPolicy, ManualClock, MemoryAdmin, MemoryService
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.ports import Clock, Store, StoreReader, UnitOfWork
 from engram_memory.stores.memory import InMemoryStore
-from engram_memory.testing import ServiceConformance, ServiceFactory
-from engram_memory.testing.fakes import StoreWrapper
+from engram_memory.testing import ServiceConformance, ServiceFactory, capture_args, make_binding, make_key, ok
+from engram_memory.testing.fakes import CAPTURE, StoreWrapper
 
 
 class OneAtATime(StoreWrapper):
@@ -77,3 +77,23 @@ def test_the_wrapper_refuses_a_view_inside_a_view() -> None:
     assert store.nested == ["a view opened inside a view"]
     with store.write("scope"):
         pass  # the turn was given back
+
+
+def test_the_admin_operations_take_turns_too() -> None:
+    store = OneAtATime(InMemoryStore(secret=b"t" * 32))
+    clock = ManualClock()
+    service = MemoryService(store=store, vault=InMemoryKeyVault(), policy=DefaultPolicy(), clock=clock)
+    admin = MemoryAdmin(service)
+    binding = make_binding("t", "w", "alice")
+    ids = [
+        ok(service.call_tool(CAPTURE, capture_args(make_key(f"turns-{n}")), binding))["candidate_id"] for n in (1, 2)
+    ]
+    pending = admin.pending_candidates(tenant_id="t", workspace_id="w")
+    assert [candidate.candidate_id for candidate in pending] == ids  # oldest first
+    admitted = admin.adjudicate(tenant_id="t", workspace_id="w", candidate_id=ids[0], decision="accept")
+    assert admitted.outcome.status == "accepted"
+    again = admin.adjudicate(tenant_id="t", workspace_id="w", candidate_id=ids[0], decision="accept")
+    assert again.outcome.record_id == admitted.outcome.record_id
+    assert admin.verify(tenant_id="t", workspace_id="w").ok
+    assert admin.reap_keys() >= 0
+    assert store.nested == []
