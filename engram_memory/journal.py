@@ -72,7 +72,9 @@ def journal_instant(reader: StoreReader, now: datetime) -> str:
             previous = json.loads(event.body).get("recorded_at")
         except (ValueError, AttributeError):
             return instant
-        return previous if is_instant(previous) and previous > instant else instant
+        # validated only when it would win: text order is time order among canonical instants
+        later = isinstance(previous, str) and previous > instant and is_instant(previous)
+        return previous if later else instant
     return instant  # pragma: no cover - the high water always has an event
 
 
