@@ -19,6 +19,13 @@ from engram_memory.ports import Clock
 __all__ = ["GuardedClock"]
 
 
+def _in_utc(instant: object) -> datetime | None:
+    """``instant`` in UTC, or ``None`` when it is not an aware ``datetime`` (may raise, as its zone may)."""
+    if isinstance(instant, datetime) and instant.utcoffset() is not None:
+        return instant.astimezone(UTC)
+    return None
+
+
 class GuardedClock:
     """Reads ``inner`` and returns its instant in UTC; ``CAPABILITY_UNAVAILABLE`` when it cannot."""
 
@@ -34,12 +41,12 @@ class GuardedClock:
         """
         try:
             instant: object = self.inner.now()
+            in_utc = _in_utc(instant)
         except EngramError:
             raise
-        except Exception as exc:
-            raise EngramError(
-                ErrorCode.CAPABILITY_UNAVAILABLE, detail=f"host clock failed: {type(exc).__name__}"
-            ) from exc
-        if not isinstance(instant, datetime) or instant.utcoffset() is None:
+        except Exception as exc:  # the clock, its zone's offset, or an instant beyond UTC's range
+            detail = f"host clock failed: {type(exc).__name__}"
+            raise EngramError(ErrorCode.CAPABILITY_UNAVAILABLE, detail=detail) from exc
+        if in_utc is None:
             raise EngramError(ErrorCode.CAPABILITY_UNAVAILABLE, detail="host clock answered no aware datetime")
-        return instant.astimezone(UTC)
+        return in_utc

@@ -65,15 +65,24 @@ def tool_set(tools: Iterable[str]) -> frozenset[str]:
     return names
 
 
+_UTC_MAX: Final = datetime.max.replace(tzinfo=UTC)
+_UTC_MIN: Final = datetime.min.replace(tzinfo=UTC)
+
+
 def _in_utc(value: datetime) -> datetime:
     """An aware ``value`` in UTC (anything else unchanged, for :func:`_aware` to refuse).
 
     Stored in UTC so that the service's subtractions count elapsed time: two datetimes sharing
-    one ``tzinfo`` object subtract by their wall-clock fields, across a DST change too.
+    one ``tzinfo`` object subtract by their wall-clock fields, across a DST change too. An
+    instant beyond UTC's range (``datetime.max`` west of Greenwich, a "never" deadline) becomes
+    the largest (or smallest) UTC datetime.
     """
     given: object = value  # typed callers pass a datetime; at run time it can be anything
     if isinstance(given, datetime) and given.utcoffset() is not None:
-        return given.astimezone(UTC)
+        try:
+            return given.astimezone(UTC)
+        except OverflowError:
+            return _UTC_MAX if given.year == _UTC_MAX.year else _UTC_MIN
     return value
 
 

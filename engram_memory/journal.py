@@ -8,9 +8,10 @@ after erasure. Cursors are dense from 1 per scope; ``previous_event_digest`` of 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
-from datetime import datetime
-from typing import Any, Literal
+from datetime import datetime, timedelta
+from typing import Any, Final, Literal
 
 import attrs
 
@@ -23,6 +24,7 @@ from engram_memory.canonical import (
     format_cursor,
     format_instant,
     is_instant,
+    parse_instant,
     parse_plain,
 )
 from engram_memory.errors import ErrorCode, KeyUnavailableError, SealIntegrityError
@@ -35,6 +37,9 @@ __all__ = ["VerifyReport", "build_event", "journal_instant", "state_digest", "ve
 _Problem = tuple[int, ErrorCode, str]
 """A verify finding: the cursor it is reported at, its code and detail."""
 
+_log = logging.getLogger("engram_memory")
+_CLOCK_BEHIND_WARNING: Final = timedelta(seconds=1)
+"""How far the clock may be behind the journal's last event before a mutation logs it."""
 _CANDIDATE_STATES = {"capture": "pending", "reject": "rejected", "withdraw": "withdrawn", "accept": "admitted"}
 
 
@@ -61,7 +66,10 @@ def journal_instant(reader: StoreReader, now: datetime) -> str:
     Journal time never decreases as the cursor grows, even when a call that read the clock earlier
     commits after one that read it later (each reads it before it waits for the unit), or when
     the host clock steps back. Call it inside the unit that appends the event. A last event
-    without a readable ``recorded_at`` (verify reports it) does not hold ``now`` back.
+    without a readable ``recorded_at`` (verify reports it) does not hold ``now`` back. When the
+    clock is more than a second behind the last event (it jumped forward for a while, or another
+    process's clock is ahead), a warning is logged: journal time stays there until the clock
+    catches up.
     """
     instant = format_instant(now)
     high_water = reader.high_water()
@@ -73,8 +81,11 @@ def journal_instant(reader: StoreReader, now: datetime) -> str:
         except (ValueError, AttributeError):
             return instant
         # validated only when it would win: text order is time order among canonical instants
-        later = isinstance(previous, str) and previous > instant and is_instant(previous)
-        return previous if later else instant
+        if not (isinstance(previous, str) and previous > instant and is_instant(previous)):
+            return instant
+        if parse_instant(previous) - now > _CLOCK_BEHIND_WARNING:
+            _log.warning("the clock is behind the journal's last event; journal time is held at that event's")
+        return previous
     return instant  # pragma: no cover - the high water always has an event
 
 

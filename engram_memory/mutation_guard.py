@@ -381,13 +381,15 @@ class MutationGuard:
     def destroy_doomed(self, scope: str, key_refs: Sequence[str]) -> None:
         """Destroy committed-doomed keys in one vault call, then clear them in one unit of work.
 
-        Once the vault has destroyed the keys, a store that cannot clear their doomed rows (its
+        Once the vault has destroyed the keys, a store that cannot clear their doomed rows now
+        (``StoreUnavailableError``, ``StoreConflictError`` or ``StoreOutcomeUnknownError``: its
         write lock busy past the timeout, say) is logged, not raised: the keys are gone, and the
         rows only make a later :meth:`reap` or erasure destroy them again, which is a no-op.
 
         Raises:
-            EngramError: ``STORE_UNAVAILABLE`` (retriable) when the vault fails; the keys stay
-                doomed (a vault may have destroyed some of them: destroying them again is a no-op).
+            EngramError: ``STORE_UNAVAILABLE`` (retriable) when the vault fails (the keys stay
+                doomed; a vault may have destroyed some of them: destroying them again is a
+                no-op), or the store fails other than with those port errors (a defect).
         """
         if not key_refs:
             return
@@ -399,8 +401,10 @@ class MutationGuard:
             with self._store.write(scope) as unit:
                 for key_ref in key_refs:
                     unit.clear_doomed_key(key_ref)
-        except Exception:  # noqa: BLE001 - the store is foreign code; the keys are already gone
+        except (StoreUnavailableError, StoreConflictError, StoreOutcomeUnknownError):  # busy, not broken
             _log.warning("doomed keys destroyed; their doomed rows are cleared by a later reap", exc_info=True)
+        except Exception as exc:  # a defect of the store adapter: answered as before, not hidden
+            raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="doomed rows not cleared") from exc
 
     def reap(self) -> int:
         """Destroy every scope's doomed keys; return how many.

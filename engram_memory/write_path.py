@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from engram_memory.canonical import (
@@ -165,22 +165,22 @@ class WritePath:
         completed = complete_payload(raw["payload"], binding.scope)
         payload_digest = digest(Domain.PAYLOAD, completed)
         candidate_id = candidate_id_for(binding.scope, binding.principal, args.idempotency_key)
+        recorded_at = format_instant(now)  # the capture's time, in its record; the event's is journal time
         authorization = self._guard.authorization(CAPTURE, binding, candidate_id, now)
-        trust_class = self._policy.trust_class(binding)
+        trust = trust_binding(
+            trust_class=self._policy.trust_class(binding),
+            evidence_digest=args.evidence.evidence_digest,
+            policy_id=self._policy.policy_id,
+            policy_version=self._policy.policy_version,
+            issued_at=recorded_at,
+            payload_digest=payload_digest,
+        )
 
         def work(unit: UnitOfWork, attempt: Attempt) -> dict[str, Any]:
             if unit.candidate(candidate_id) is not None:
                 raise EngramError(ErrorCode.DIGEST_CONFLICT, detail="candidate identity exists")
             cursor = format_cursor(unit.high_water() + 1)
-            recorded_at = journal_instant(unit, now)
-            trust = trust_binding(
-                trust_class=trust_class,
-                evidence_digest=args.evidence.evidence_digest,
-                policy_id=self._policy.policy_id,
-                policy_version=self._policy.policy_version,
-                issued_at=recorded_at,
-                payload_digest=payload_digest,
-            )
+            committed_at = journal_instant(unit, now)
             record = build_record(
                 completed=completed,
                 payload_digest=payload_digest,
@@ -201,7 +201,7 @@ class WritePath:
             sealed = attempt.seal(candidate_context(binding.scope, candidate_id), canonical_bytes(envelope))
             event, body = build_event(
                 unit,
-                recorded_at=recorded_at,
+                recorded_at=committed_at,
                 operation="capture",
                 candidate_id=candidate_id,
                 to_state="pending",
@@ -230,7 +230,7 @@ class WritePath:
                     scope=binding.scope,
                     cursor=cursor,
                     event_digest=body["event_digest"],
-                    committed_at=recorded_at,
+                    committed_at=committed_at,
                     record_digest=record["record_digest"],
                 ),
             ).to_json()
@@ -510,10 +510,11 @@ class WritePath:
             raise EngramError(ErrorCode.POLICY_STALE, detail="decision from another policy")
         if decision.record_digest != record["record_digest"]:
             raise EngramError(ErrorCode.INVALID_DIGEST, detail="decision for another record")
-        # a policy may stamp its decision with the host clock while it decides, after ``now``
+        # issued within 300 s before the call, and not after the service's own reading once the
+        # policy answered (a policy may stamp its decision with the host clock while it decides);
+        # aware datetimes of different zones compare as instants
         decided_by = max(now, self._clock.now())
-        age = decided_by - decision.issued_at.astimezone(UTC)  # elapsed time, whatever its zone
-        if not timedelta(0) <= age <= DECISION_MAX_AGE:
+        if not now - DECISION_MAX_AGE <= decision.issued_at <= decided_by:
             raise EngramError(ErrorCode.POLICY_STALE, detail="decision too old or in the future")
         envelope = {
             "policy_id": decision.policy_id,

@@ -10,7 +10,8 @@ destroyed key again is a no-op).
 from __future__ import annotations
 
 import logging
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import pytest
@@ -94,3 +95,46 @@ def test_an_erasure_answers_its_outcome_when_only_the_doomed_rows_could_not_be_c
     assert MemoryAdmin(service).reap_keys() >= 1
     with inner.read(binding.scope) as reader:
         assert reader.doomed_keys() == []
+
+
+class _BrokenClear(StoreWrapper):
+    """A store adapter whose ``clear_doomed_key`` has a defect (raises a non-port error)."""
+
+    def write(self, scope: str) -> AbstractContextManager[UnitOfWork]:
+        return self._unit(scope)
+
+    @contextmanager
+    def _unit(self, scope: str) -> Iterator[UnitOfWork]:
+        with self.inner.write(scope) as unit:
+            yield _NoClear(unit)
+
+
+class _NoClear:
+    def __init__(self, unit: UnitOfWork) -> None:
+        self._unit = unit
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._unit, name)
+
+    def clear_doomed_key(self, key_ref: str) -> None:
+        raise TypeError("adapter defect")
+
+
+def test_a_store_defect_clearing_the_doomed_rows_is_not_hidden(caplog: pytest.LogCaptureFixture) -> None:
+    vault = InMemoryKeyVault()
+    store = _BrokenClear(InMemoryStore())
+    clock = ManualClock()
+    service = MemoryService(store=store, vault=vault, policy=DefaultPolicy(admission="accept"), clock=clock)
+    binding = make_binding("t", "w", "alice")
+    captured = ok(service.call_tool("engram_memory_capture", capture_args("idempotency-key:defect-capture"), binding))
+    tool = "engram_memory_withdraw"
+    args = {
+        "candidate_id": captured["candidate_id"],
+        "idempotency_key": "idempotency-key:defect-erasure",
+        "reason_ref": "r",
+    }
+    with caplog.at_level(logging.WARNING, logger="engram_memory"):
+        envelope = service.call_tool(tool, args, confirm(service, tool, args, binding, clock))
+    assert envelope["error"]["code"] == "MUTATION_OUTCOME_UNKNOWN"
+    assert [record.levelname for record in caplog.records if record.name == "engram_memory"] == ["ERROR"]
+    assert "cleared by a later reap" not in caplog.text

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 import attrs
@@ -247,3 +247,79 @@ def test_a_decision_stamped_in_a_shifting_zone_counts_its_elapsed_age() -> None:
 
     service, _ = _service(clock, PolicyOverride(base, decide=decide))
     assert ok(_admit(service))["outcome"]["status"] == "accepted"
+
+
+class _RaisingOffset(tzinfo):
+    """A zone whose offset cannot be computed."""
+
+    def utcoffset(self, dt: datetime | None) -> timedelta:
+        raise RuntimeError("zone database unavailable")
+
+    def dst(self, dt: datetime | None) -> timedelta:
+        return timedelta(0)
+
+    def tzname(self, dt: datetime | None) -> str:
+        return "BROKEN"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        datetime(2026, 1, 1, tzinfo=_RaisingOffset()),
+        datetime.min.replace(tzinfo=timezone(timedelta(hours=1))),  # before UTC's first instant
+    ],
+    ids=["offset-raises", "before-utc-range"],
+)
+def test_a_clock_instant_that_cannot_be_read_in_utc_is_capability_unavailable(answer: datetime) -> None:
+    service, store = _service(_FixedClock(answer))
+    binding = make_binding()
+    error = fail(service.call_tool(CAPTURE, capture_args(_spec("edge")), binding), ErrorCode.CAPABILITY_UNAVAILABLE)
+    assert error["retriable"] is False
+    assert store.scopes() == []
+
+
+def test_a_never_deadline_west_of_greenwich_is_kept_as_the_last_utc_instant() -> None:
+    """``datetime.max`` in a zone behind UTC is beyond UTC's range: it means "never", not an error."""
+    never = datetime.max.replace(tzinfo=timezone(timedelta(hours=-5)))
+    binding = attrs.evolve(make_binding(), deadline=never)
+    assert binding.deadline == datetime.max.replace(tzinfo=UTC)
+    service, _ = _service(ManualClock(START))
+    assert ok(service.call_tool(CAPTURE, capture_args(_spec("never")), binding))["status"] == "committed_pending"
+    earliest = datetime.min.replace(tzinfo=timezone(timedelta(hours=5)))
+    assert attrs.evolve(make_binding(), deadline=earliest).deadline == datetime.min.replace(tzinfo=UTC)
+
+
+def test_a_policy_that_decides_for_longer_than_300_s_and_stamps_the_call_instant_is_accepted() -> None:
+    """A human or slow reviewer: ``issued_at`` is the call's ``now``; the decision arrives 301 s later."""
+    clock = ManualClock(START)
+    base = DefaultPolicy(admission="accept")
+
+    def decide(request: AdmissionRequest, now: datetime) -> AdmissionDecision:
+        clock.advance(timedelta(seconds=301))
+        return base.decide(request, now)
+
+    service, _ = _service(clock, PolicyOverride(base, decide=decide))
+    assert ok(_admit(service))["outcome"]["status"] == "accepted"
+
+
+def test_a_decision_issued_more_than_300_s_before_the_call_is_stale() -> None:
+    clock = ManualClock(START)
+    base = DefaultPolicy(admission="accept")
+
+    def decide(request: AdmissionRequest, now: datetime) -> AdmissionDecision:
+        return attrs.evolve(base.decide(request, now), issued_at=now - timedelta(seconds=300, milliseconds=1))
+
+    service, _ = _service(clock, PolicyOverride(base, decide=decide))
+    fail(_admit(service), ErrorCode.POLICY_STALE)
+
+
+def test_a_decision_issued_before_utc_began_is_stale_not_an_overflow() -> None:
+    clock = ManualClock(START)
+    base = DefaultPolicy(admission="accept")
+    ancient = datetime.min.replace(tzinfo=timezone(timedelta(hours=2)))
+
+    def decide(request: AdmissionRequest, now: datetime) -> AdmissionDecision:
+        return attrs.evolve(base.decide(request, now), issued_at=ancient)
+
+    service, _ = _service(clock, PolicyOverride(base, decide=decide))
+    fail(_admit(service), ErrorCode.POLICY_STALE)

@@ -7,6 +7,7 @@ back: the event's ``recorded_at`` is the later of the call's instant and the las
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -112,13 +113,18 @@ def test_every_mutation_after_a_clock_step_back_keeps_the_last_events_time(servi
     assert (report.ok, report.high_water) == (True, 6)
 
 
-def test_a_capture_after_a_step_back_records_the_journal_time_in_its_record(service: MemoryService) -> None:
+def test_a_capture_after_a_step_back_keeps_its_own_time_in_its_record(
+    service: MemoryService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The event carries journal time; the record keeps the capture's instant (its retention is judged on it)."""
     clock = _clock(service)
-    clock.advance(SECOND)
+    clock.advance(10 * SECOND)
     first_at = format_instant(clock.now())
     _capture(service, "early")
     clock.set(START)
-    second = _capture(service, "late")
+    with caplog.at_level(logging.WARNING, logger="engram_memory"):
+        second = _capture(service, "late")
+    assert "the clock is behind the journal's last event" in caplog.text
     admitted = ok(
         service.call_tool(
             ADMISSION,
@@ -132,9 +138,23 @@ def test_a_capture_after_a_step_back_records_the_journal_time_in_its_record(serv
             GET, {"record_id": admitted["outcome"]["record_id"], "purpose_ref": binding.purpose_ref}, binding
         )
     )["record"]
-    assert record["recorded_at"] == first_at  # the capture's event time, not the stepped-back clock
+    assert record["recorded_at"] == format_instant(START)  # the capture's own instant
+    assert record["trust"]["issued_at"] == format_instant(START)
     assert record["recorded_cursor"] == "2"
-    assert record["trust"]["issued_at"] == first_at
+    assert [at for _, _, at in _times(service)] == [first_at] * 3  # capture, capture, accept: journal time
+
+
+def test_a_clock_less_than_a_second_behind_is_not_logged(
+    service: MemoryService, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = _clock(service)
+    clock.advance(SECOND)
+    _capture(service, "close-a")
+    clock.set(START + timedelta(milliseconds=1))
+    with caplog.at_level(logging.WARNING, logger="engram_memory"):
+        _capture(service, "close-b")
+    assert "behind the journal" not in caplog.text
+    assert [at for _, _, at in _times(service)] == [format_instant(START + SECOND)] * 2
 
 
 def test_time_moves_on_once_the_clock_passes_the_last_event(service: MemoryService) -> None:

@@ -5,17 +5,20 @@ out errors naming it, and the kit's helpers (``unchanged``, ``StoreWrapper``) pa
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import attrs
 import pytest
 
 from engram_memory import DefaultPolicy, ManualClock, MemoryAdmin, MemoryService
-from engram_memory.errors import JsonRpcCode, ProtocolError
+from engram_memory.errors import JsonRpcCode, KeyUnavailableError, ProtocolError
 from engram_memory.keyvaults.memory import InMemoryKeyVault
-from engram_memory.ports import Clock, KeyVault
+from engram_memory.ports import Clock, KeyVault, SealedEnvelope
 from engram_memory.stores.memory import InMemoryStore
 from engram_memory.testing import Harness, ServiceConformance, ServiceFactory, StoreWrapper, make_key, with_policy
 from engram_memory.testing.fakes import CAPTURE, InMemoryCapabilities, capture_args, make_binding
-from engram_memory.testing.keyvault import CompleteDestruction, KeyVaultConformance
+from engram_memory.testing.keyvault import CompleteDestruction, KeyMaterial, KeyVaultConformance, Reopen
 from engram_memory.testing.service import ACCEPT
 
 
@@ -219,3 +222,75 @@ def test_a_failing_kit_assertion_shows_its_values_in_an_integrators_run(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["E * assert 16 == 32", "E * +  where 16 = len(b'ssssssssssssssss')"])
     assert "PytestAssertRewriteWarning" not in result.stdout.str() + result.stderr.str()
+
+
+class _FileVault(InMemoryKeyVault):
+    """Keeps its keys in a file; ``lazy`` writes it only on ``close``, ``forgets_destroy`` only on ``seal``."""
+
+    def __init__(self, path: Path, *, lazy: bool = False, forgets_destroy: bool = False) -> None:
+        super().__init__()
+        self.path, self.lazy, self.forgets_destroy = path, lazy, forgets_destroy
+        if path.exists():
+            self._keys = {ref: bytes.fromhex(key) for ref, key in json.loads(path.read_text()).items()}
+
+    def _write(self) -> None:
+        self.path.write_text(json.dumps({ref: key.hex() for ref, key in self._keys.items()}))
+
+    def seal(self, context: str, plaintext: bytes) -> SealedEnvelope:
+        envelope = super().seal(context, plaintext)
+        if not self.lazy:
+            self._write()
+        return envelope
+
+    def destroy(self, *key_refs: str) -> None:
+        super().destroy(*key_refs)
+        if not (self.lazy or self.forgets_destroy):
+            self._write()
+
+    def close(self) -> None:
+        self._write()
+
+
+def _key_material(vault: KeyVault, key_ref: str) -> bytes:
+    assert isinstance(vault, _FileVault)
+    return vault._keys[key_ref]  # the test's own vault
+
+
+class TestAFileVaultThatWritesAtOnce(KeyVaultConformance):
+    @pytest.fixture
+    def vault(self, tmp_path: Path) -> KeyVault:
+        return _FileVault(tmp_path / "keys.json")
+
+    @pytest.fixture
+    def reopen(self, tmp_path: Path) -> Reopen | None:
+        return lambda: _FileVault(tmp_path / "keys.json")
+
+    @pytest.fixture
+    def key_material(self) -> KeyMaterial | None:
+        return _key_material
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"lazy": True}, "data key is unknown or destroyed"),  # a key sealed before the crash is gone
+        ({"forgets_destroy": True}, "DID NOT RAISE"),  # the destroyed key opens again
+    ],
+    ids=["writes-only-on-close", "destroy-not-written"],
+)
+def test_a_vault_that_writes_late_fails_the_restart_check(
+    tmp_path: Path, options: dict[str, bool], message: str
+) -> None:
+    path = tmp_path / "keys.json"
+    kit = KeyVaultConformance()
+    with pytest.raises((pytest.fail.Exception, AssertionError, KeyUnavailableError), match=message):
+        kit.test_sealed_keys_and_destructions_survive_a_restart(
+            _FileVault(path, **options), lambda: _FileVault(path, **options), None
+        )
+
+
+def test_one_key_behind_every_ref_fails_the_fresh_key_check() -> None:
+    """What ``key_material`` reveals of a vault that seals everything under one key, whatever the ref."""
+    one_key: KeyMaterial = lambda _vault, _ref: b"k" * 32  # noqa: E731 - the revealed bytes of such a vault
+    with pytest.raises(AssertionError, match="same key bytes"):
+        KeyVaultConformance().test_every_seal_uses_a_fresh_key_and_nonce(InMemoryKeyVault(), one_key)
