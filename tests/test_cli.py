@@ -6,7 +6,9 @@ import json
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -757,3 +759,52 @@ def test_serve_mcp_binds_the_four_confirmation_free_tools_and_waits_for_the_host
             }
         ),
     )
+
+
+def _two_page_walk(service: MemoryService, binding: HostBinding, pause: float) -> dict[str, Any]:
+    """Admit two records, rank page 1 (limit 1), wait ``pause`` seconds, ask for page 2; its envelope."""
+    for n in (1, 2):
+        words = ("zqlifetime", f"zqpage{n}")
+        args = capture_args(f"idempotency-key:lifetime-{n}", words=words, purpose_ref=binding.purpose_ref)
+        captured = service.call_tool("engram_memory_capture", args, binding)["output"]["value"]
+        admission = {"candidate_id": captured["candidate_id"], "idempotency_key": f"idempotency-key:lifetime-a{n}"}
+        assert service.call_tool("engram_memory_request_admission", admission, binding)["ok"]
+    query = {"query": "zqlifetime", "purpose_ref": binding.purpose_ref, "limit": 1}
+    first = service.call_tool("engram_memory_search", query, binding)["output"]["value"]
+    time.sleep(pause)
+    return service.call_tool("engram_memory_search", {**query, "page_cursor": first["next_page_cursor"]}, binding)
+
+
+@pytest.mark.parametrize(("lifetime", "stale"), [(None, False), ("3600", False), ("0.001", True)])
+def test_serve_mcp_page_cursor_lifetime_bounds_how_long_a_cursor_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lifetime: str | None, stale: bool
+) -> None:
+    mcp_adapter = pytest.importorskip("engram_memory.adapters.mcp")
+    pages: list[dict[str, Any]] = []
+
+    async def fake_serve(service: MemoryService, binding: HostBinding) -> None:
+        pages.append(_two_page_walk(service, binding, pause=0.01))
+
+    monkeypatch.setattr(mcp_adapter, "serve_stdio", fake_serve)
+    argv = ["serve-mcp", "--db", str(tmp_path / "served.db"), "--tenant", "t", "--workspace", "w"]
+    argv += ["--principal", "p", "--purpose", "purpose:x", "--admission", "accept"]
+    if lifetime is not None:
+        argv += ["--page-cursor-lifetime", lifetime]
+    assert main(argv) == 0
+    (second,) = pages
+    if stale:
+        assert second["error"]["code"] == "STALE_PAGE"
+    else:
+        assert [packet["rank"] for packet in second["output"]["value"]["records"]] == [2]
+
+
+@pytest.mark.parametrize("value", ["0", "0.0009", "-1", "nan", "inf", "soon", ""])
+def test_serve_mcp_refuses_a_page_cursor_lifetime_that_is_not_a_positive_number_of_seconds(
+    tmp_path: Path, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["serve-mcp", "--db", str(tmp_path / "served.db"), "--tenant", "t", "--workspace", "w"]
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--principal", "p", "--purpose", "purpose:x", "--page-cursor-lifetime", value])
+    assert exit_.value.code == 2
+    assert "a number of seconds, at least 0.001" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -45,9 +45,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Final
 
 from engram_memory.cli.commands import STDIO_TOOLS as STDIO_TOOLS
@@ -58,6 +60,9 @@ from engram_memory.cli.messages import _OutputError
 
 __all__ = ["main"]
 
+_MIN_LIFETIME_SECONDS: Final = 0.001
+"""The shortest ``--page-cursor-lifetime`` (the service counts whole milliseconds)."""
+
 
 def _id_argument(value: str) -> str:
     """An id option's value; one that is not valid UTF-8 (``surrogateescape``d bytes of argv) is a usage error."""
@@ -66,6 +71,17 @@ def _id_argument(value: str) -> str:
     except UnicodeEncodeError:
         raise argparse.ArgumentTypeError("not valid UTF-8 text") from None
     return value
+
+
+def _lifetime_argument(value: str) -> timedelta:
+    """A ``--page-cursor-lifetime``: a finite number of seconds, at least a millisecond."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= _MIN_LIFETIME_SECONDS):
+        raise argparse.ArgumentTypeError("a number of seconds, at least 0.001")
+    return timedelta(seconds=seconds)
 
 
 def _scope_arguments(command: argparse.ArgumentParser, *, db: str) -> None:
@@ -203,6 +219,13 @@ def _parser() -> argparse.ArgumentParser:
         choices=("adjudicate", "accept", "reject"),
         default="adjudicate",
         help="the DefaultPolicy admission decision (default: adjudicate)",
+    )
+    serve.add_argument(
+        "--page-cursor-lifetime",
+        metavar="SECONDS",
+        type=_lifetime_argument,
+        help="how long after its first page a search's next_page_cursor may be used; an older one is "
+        "STALE_PAGE (default: cursors do not expire)",
     )
     serve.set_defaults(run=_cmd_serve_mcp)
     return parser

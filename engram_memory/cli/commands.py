@@ -214,7 +214,7 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
     _sqlite_url(options.db)
     if not _exists(Path(options.db).parent):
         raise SystemExit(f"cannot open {options.db}: its directory does not exist")
-    service = _connected(options, policy=policy)
+    service = _connected(options, policy=policy, page_cursor_lifetime=options.page_cursor_lifetime)
     binding = HostBinding(
         tenant_id=options.tenant,
         workspace_id=options.workspace,

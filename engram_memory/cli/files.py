@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import sqlite3
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Final
 
@@ -214,7 +215,9 @@ def _master_key(db: str, key_file: str | None) -> bytes | None:
     return key
 
 
-def _connected(options: argparse.Namespace, policy: Policy | None = None) -> MemoryService:
+def _connected(
+    options: argparse.Namespace, policy: Policy | None = None, page_cursor_lifetime: timedelta | None = None
+) -> MemoryService:
     """``connect()`` on ``--db`` under the master key of ``--key-file`` (default ``<db>.key``); exits on failure.
 
     A failure is one line naming the database, and the key file as ``connect()`` names its default one.
@@ -222,7 +225,9 @@ def _connected(options: argparse.Namespace, policy: Policy | None = None) -> Mem
     key_file: str | None = options.key_file
     master_key = _master_key(options.db, key_file)
     try:
-        return connect(_sqlite_url(options.db), policy=policy, master_key=master_key)
+        return connect(
+            _sqlite_url(options.db), policy=policy, master_key=master_key, page_cursor_lifetime=page_cursor_lifetime
+        )
     except (EngramError, PortError) as exc:
         reason = _reason(exc)
         if key_file is not None:  # connect() names the vault only, since it was given bytes
