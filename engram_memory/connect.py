@@ -75,7 +75,8 @@ def connect(
     missing beside a store that holds a journal, or ``<path>`` beside an existing vault (without
     ``vault=``): a brand-new vault or store there would hide the loss, not repair it. An existing
     vault is opened before the store, so these refusals and a missing or wrong master key leave
-    a store of an older schema version as it was (not upgraded).
+    a store of an older schema version as it was (not upgraded), except a store whose ``-wal``
+    lost its ``-shm``, which is opened to be read.
     """
     lifetime_ms(page_cursor_lifetime)  # refused before any file is created
     if synchronous not in _SYNCHRONOUS:
@@ -113,8 +114,10 @@ def _open_sqlite(
 
     An existing vault is opened first, so a missing or wrong master key refuses the pair before
     the store is opened (and perhaps upgraded); a missing vault beside a store that holds a scope
-    is refused before either is opened. A failure to open either carries a note naming the file
-    (the driver's message names none); the one opened first is closed again.
+    is refused before either is opened, unless the store cannot be read without being opened (a
+    ``-wal`` without its ``-shm``): it is then opened, and perhaps upgraded, before the refusal.
+    A failure to open either carries a note naming the file (the driver's message names none);
+    the one opened first is closed again.
 
     Raises:
         MissingFileError: the vault file is missing beside a store that holds a journal, or the

@@ -66,7 +66,7 @@ def journal_instant(reader: StoreReader, now: datetime) -> str:
     Journal time never decreases as the cursor grows, even when a call that read the clock earlier
     commits after one that read it later (each reads it before it waits for the unit), or when
     the host clock steps back. Call it inside the unit that appends the event. A last event
-    without a readable ``recorded_at`` (verify reports it) does not hold ``now`` back. When the
+    without a readable ``recorded_at`` (which ``verify`` does not judge) does not hold ``now`` back. When the
     clock is more than a second behind the last event (it jumped forward for a while, or another
     process's clock is ahead), a warning is logged: journal time stays there until the clock
     catches up.

@@ -1,7 +1,8 @@
 """The read path: search and get (DESIGN D10, D11, D12).
 
 Both operations run in one :meth:`~engram_memory.ports.Store.read` view of the binding's scope
-and never write. Eligibility is :mod:`engram_memory.ranking.eligibility`: ``accepted_current``,
+(a record key found missing is told apart in a fresh view, once that one is closed) and never
+write. Eligibility is :mod:`engram_memory.ranking.eligibility`: ``accepted_current``,
 trust valid, valid at the pinned ``valid_as_of`` and not past retention expiry.
 
 **Pins.** A first search page pins ``valid_as_of`` (the clock, epoch ms) and ``system_as_of``
@@ -14,8 +15,8 @@ position and pins. ``binding_digest`` binds the scope, principal, purpose, query
 ``capability_policy``, the ranking profile and its config digest; ``ordering_digest`` binds the
 whole ordered list (ids, scores and recencies) computed at the pins. A later page re-ranks at the
 pins and compares: a forged, edited, foreign or re-parameterised cursor, a moved ordering (new
-admission, forget, expiry) or a cursor whose ``system_as_of`` is above the high water is
-``STALE_PAGE``.
+admission, forget, expiry), a cursor whose ``system_as_of`` is above the high water, or one older
+than the service's ``page_cursor_lifetime`` is ``STALE_PAGE``.
 
 **Budgets.** ``max_packet_bytes`` bounds the canonical bytes of the ``records`` array; a page
 stops before the record that would overflow and the next cursor resumes exactly there. A record

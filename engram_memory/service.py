@@ -121,7 +121,8 @@ class MemoryService:
         audit_ids: makes an ``auditId`` when the binding carries none.
         page_cursor_lifetime: how long a ``next_page_cursor`` may be used, counted from the
             instant its first page was ranked at (the cursor's pinned ``valid_as_of``); an older
-            cursor answers ``STALE_PAGE``. ``None`` (the default): cursors do not expire.
+            cursor answers ``STALE_PAGE``. It counts in whole milliseconds (a fraction of one is
+            dropped). ``None`` (the default): cursors do not expire.
 
     Raises:
         TypeError: ``page_cursor_lifetime`` is neither a ``timedelta`` nor ``None``.

@@ -798,7 +798,7 @@ def test_serve_mcp_page_cursor_lifetime_bounds_how_long_a_cursor_serves(
         assert [packet["rank"] for packet in second["output"]["value"]["records"]] == [2]
 
 
-@pytest.mark.parametrize("value", ["0", "0.0009", "-1", "nan", "inf", "soon", ""])
+@pytest.mark.parametrize("value", ["0", "0.0009", "-1", "nan", "inf", "soon", "", "1e14", "1e300"])
 def test_serve_mcp_refuses_a_page_cursor_lifetime_that_is_not_a_positive_number_of_seconds(
     tmp_path: Path, value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -74,14 +74,14 @@ def _id_argument(value: str) -> str:
 
 
 def _lifetime_argument(value: str) -> timedelta:
-    """A ``--page-cursor-lifetime``: a finite number of seconds, at least a millisecond."""
+    """A ``--page-cursor-lifetime``: a finite number of seconds, from a millisecond to ``timedelta.max``."""
     try:
         seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds >= _MIN_LIFETIME_SECONDS):
-        raise argparse.ArgumentTypeError("a number of seconds, at least 0.001")
-    return timedelta(seconds=seconds)
+        if math.isfinite(seconds) and seconds >= _MIN_LIFETIME_SECONDS:
+            return timedelta(seconds=seconds)
+    except (ValueError, OverflowError):  # not a number; beyond timedelta.max
+        pass
+    raise argparse.ArgumentTypeError("a number of seconds, at least 0.001 and at most timedelta.max")
 
 
 def _scope_arguments(command: argparse.ArgumentParser, *, db: str) -> None:
