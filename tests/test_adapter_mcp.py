@@ -286,6 +286,28 @@ async def test_an_async_callback_is_awaited(service: MemoryService, binding: Hos
     assert result.is_error is False
 
 
+@pytest.mark.parametrize("answer", [None, {"tenant_id": "t"}, "binding"], ids=["none", "dict", "str"])
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_a_callback_answering_no_host_binding_is_untrusted_context(
+    service: MemoryService, mode: str, answer: object, kind: str
+) -> None:
+    """Sync or async, a callback's answer that is not a ``HostBinding`` is the same ``-32603``."""
+
+    def sync_binding_for(_ctx: RequestContext) -> Any:
+        return answer
+
+    async def async_binding_for(_ctx: RequestContext) -> Any:
+        return answer
+
+    binding_for = sync_binding_for if kind == "sync" else async_binding_for
+    async with connected(service, binding_for, mode) as client:
+        error = await _mcp_error(client, CAPTURE, capture_args())
+        with pytest.raises(MCPError) as listed:
+            await client.list_tools()
+    assert (error.code, error.message) == (INTERNAL_ERROR, "trusted call context unavailable")
+    assert (listed.value.code, listed.value.error.message) == (INTERNAL_ERROR, "trusted call context unavailable")
+
+
 async def test_a_callback_protocol_error_is_a_json_rpc_error(
     service: MemoryService, binding: HostBinding, mode: str
 ) -> None:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -193,3 +197,96 @@ async def test_serve_stdio_announces_its_name_and_serves_its_binding(tmp_path: P
     envelope = _envelope(got)
     assert envelope["ok"] is False
     assert envelope["error"] == {"code": "NOT_FOUND", "message": "memory target not found", "retriable": False}
+
+
+PENDING = (sys.executable, "-m", "engram_memory", "pending")
+
+
+class _RawServer:
+    """``serve-mcp`` driven line by line over pipes (no SDK client), to reach what a client cannot send."""
+
+    def __init__(self, db: Path) -> None:
+        self.process = subprocess.Popen(  # our own console command
+            server_command(db),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.next_id = 1
+
+    def send(self, line: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + b"\n")
+        self.process.stdin.flush()
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Send one request and read lines until its answer."""
+        ident, self.next_id = self.next_id, self.next_id + 1
+        self.send(json.dumps({"jsonrpc": "2.0", "id": ident, "method": method, "params": params}).encode())
+        assert self.process.stdout is not None
+        while True:
+            line = self.process.stdout.readline()
+            assert line, "the server closed its output"
+            message: dict[str, Any] = json.loads(line)
+            if message.get("id") == ident:
+                return message
+
+    def initialize(self) -> None:
+        params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+        assert "result" in self.request("initialize", params)
+        self.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+
+    def stop(self) -> None:
+        """Kill the server if it still runs, and close its pipes."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def test_sigint_stops_a_server_whose_input_stays_open(tmp_path: Path) -> None:
+    """Ctrl-C ends an idle server at once (status 130, ``interrupted``), files closed and sound."""
+    db = tmp_path / "memory.db"
+    server = _RawServer(db)
+    try:
+        server.initialize()
+        assert "result" in server.request("ping", {})
+        time.sleep(0.5)  # the server now waits for its next line (where a blocked read ignored Ctrl-C)
+        os.kill(server.process.pid, signal.SIGINT)
+        status = server.process.wait(timeout=TIMEOUT)  # stdin is still open
+        assert status == 130
+        assert server.process.stderr is not None
+        assert server.process.stderr.read() == b"interrupted\n"
+    finally:
+        server.stop()
+    verified = subprocess.run(  # our own console command
+        [sys.executable, "-m", "engram_memory", "verify", "--db", str(db)], capture_output=True, check=False
+    )
+    assert verified.returncode == 0, verified.stderr
+
+
+def test_a_line_that_is_not_utf8_is_dropped_and_nothing_is_captured(tmp_path: Path) -> None:
+    """The SDK would decode it with U+FFFD and commit the altered text; it gets no answer instead."""
+    server = _RawServer(tmp_path / "memory.db")
+    try:
+        server.initialize()
+        arguments = capture_args("Invalid zqmarkzq byte.")
+        call = {"jsonrpc": "2.0", "id": 900, "method": "tools/call"}
+        line = json.dumps({**call, "params": {"name": "engram_memory_capture", "arguments": arguments}})
+        server.send(line.encode().replace(b"zqmarkzq", b"\xff"))  # a raw 0xff byte inside the text
+        listed = server.request("tools/list", {})  # answered next: the bad line got no answer
+        assert listed["id"] != 900
+        search = {"query": "invalid byte", "purpose_ref": PURPOSE}
+        found = server.request("tools/call", {"name": "engram_memory_search", "arguments": search})
+        assert found["result"]["structuredContent"]["ok"] is True
+        pending = subprocess.run(  # our own console command
+            [*PENDING, "--db", str(tmp_path / "memory.db"), "--tenant", TENANT, "--workspace", WORKSPACE],
+            capture_output=True,
+            check=False,
+        )
+        assert pending.stdout == b""  # nothing was captured
+    finally:
+        server.stop()

@@ -47,10 +47,12 @@ Example (a single-tenant stdio server)::
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, cast
 
 from engram_memory._version import __version__
 from engram_memory.adapters import MCP_EXTRA
@@ -66,6 +68,8 @@ try:
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
     from mcp.shared.exceptions import MCPError
+
+    from engram_memory.adapters._stdin import StdinLines
 except ImportError as exc:  # the extra is not installed (or is another SDK version)
     _message = f"{__name__} needs {MCP_EXTRA} ({exc})"
     if isinstance(exc, ModuleNotFoundError):  # stays one, so pytest.importorskip still skips
@@ -96,14 +100,16 @@ BindingFor: TypeAlias = Callable[[RequestContext], HostBinding | Awaitable[HostB
 It receives the SDK's :class:`mcp.server.context.ServerRequestContext` of the ``tools/list`` or
 ``tools/call`` request. Useful fields: ``request`` (the transport's request object, e.g. the
 Starlette ``Request`` on Streamable HTTP, with its authenticated user and headers; ``None`` on
-stdio), ``session`` (the connection's ``ServerSession``), ``request_id``, ``protocol_version``,
+stdio), ``session`` (a ``ServerSession`` view for this request: the SDK makes a new one per
+request, so it identifies no connection), ``request_id``, ``protocol_version``,
 ``method`` and ``lifespan_context``. ``params`` and ``meta`` come from the client and must never
 be the source of tenant, workspace, principal, purpose or confirmation: those are the host's.
 
 Raising :class:`~engram_memory.errors.ProtocolError` (for example
 ``ProtocolError.untrusted_context()`` when the caller cannot be identified) answers the request
-with the matching JSON-RPC error; any other exception answers ``-32603``. A sync callback runs
-on the event loop, so it must not block: use an async one for I/O.
+with the matching JSON-RPC error; any other exception answers ``-32603``, and so does an answer
+that is not a ``HostBinding`` ("trusted call context unavailable"). A sync callback runs on the
+event loop, so it must not block: use an async one for I/O.
 """
 
 
@@ -135,10 +141,13 @@ def envelope_result(envelope: dict[str, Any]) -> mcp_types.CallToolResult:
 
 
 async def _resolve_binding(binding_for: BindingFor, ctx: RequestContext) -> HostBinding:
-    binding = binding_for(ctx)
-    if not isinstance(binding, HostBinding):
-        binding = await binding
-    return binding
+    """The callback's binding; anything but a ``HostBinding`` (or an awaitable of one) is ``-32603``."""
+    answer: object = binding_for(ctx)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    if not isinstance(answer, HostBinding):
+        raise ProtocolError.untrusted_context("binding_for did not answer a HostBinding")
+    return answer
 
 
 def build_server(
@@ -189,11 +198,22 @@ def build_server(
 async def serve_stdio(service: MemoryService, binding: HostBinding, *, name: str = DEFAULT_SERVER_NAME) -> None:
     """Serve ``service`` over stdin/stdout for one fixed (single-tenant) ``binding`` until EOF.
 
+    Standard input is read in the event loop (:mod:`engram_memory.adapters._stdin`), so a
+    cancellation (Ctrl-C) ends the server at once, and a line that is not valid UTF-8 is dropped
+    unanswered, like any message the SDK cannot parse, never decoded with replacement characters.
+
     Every request runs with the same binding, so it should carry no ``confirmation`` and no
     ``audit_id`` (a fresh audit id is made per call). Without a host confirmation channel,
     ``withdraw`` and ``forget`` answer JSON-RPC ``-32603``; leave them out of ``binding.tools``
     if the agent should not see them. Log to stderr only: stdout is the protocol stream.
     """
     server = build_server(service, lambda _ctx: binding, name=name)
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    stdin = cast("anyio.AsyncFile[str]", StdinLines(sys.stdin.fileno()))  # iterated for lines only
+    try:
+        async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+    except BaseExceptionGroup as group:
+        # a line read while the server was shutting down meets its closed stream: not a failure
+        _, rest = group.split((anyio.BrokenResourceError, anyio.ClosedResourceError))
+        if rest is not None:
+            raise rest from None

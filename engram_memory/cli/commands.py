@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -233,7 +234,31 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
             "each valid UTF-8 text in Unicode NFC"
         ) from None
     try:
-        anyio.run(serve_stdio, service, binding)
+        interrupted = anyio.run(_serve_until_interrupted, serve_stdio, service, binding)
     finally:
         service.close()
+    if interrupted:
+        raise KeyboardInterrupt  # main() reports it: "interrupted", exit status 130
     return 0
+
+
+async def _serve_until_interrupted(
+    serve: Callable[[MemoryService, HostBinding], Awaitable[None]], service: MemoryService, binding: HostBinding
+) -> bool:
+    """Run ``serve`` until standard input ends (``False``) or a SIGINT stops it (``True``)."""
+    import anyio  # noqa: PLC0415 - optional extra
+
+    interrupted = False
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            nonlocal interrupted
+            with anyio.open_signal_receiver(signal.SIGINT) as signals:
+                async for _ in signals:
+                    interrupted = True
+                    group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        await serve(service, binding)
+        group.cancel_scope.cancel()  # standard input ended: stop watching
+    return interrupted
