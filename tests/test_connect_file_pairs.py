@@ -186,3 +186,22 @@ def test_an_outdated_store_whose_vault_refuses_the_key_is_not_upgraded(folder: P
     service = connect("sqlite:///memory.db", master_key=KEY)  # the right key upgrades and opens it
     service.close()
     assert _user_version(folder / "memory.db") == STORE_SCHEMA.latest
+
+
+def test_a_store_whose_wal_lost_its_shm_and_has_no_vault_is_refused_after_it_is_opened(folder: Path) -> None:
+    """Without its ``-shm`` the ``-wal`` cannot be read without opening the file: it is opened, then refused."""
+    _captured("sqlite:///source.db")
+    writer = sqlite3.connect("source.db")  # keep a -wal: a second connection holds the log open
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("CREATE TABLE IF NOT EXISTS probe (n INTEGER)")
+    writer.commit()
+    (folder / "copy.db").write_bytes((folder / "source.db").read_bytes())
+    (folder / "copy.db-wal").write_bytes((folder / "source.db-wal").read_bytes())  # a plain copy: no -shm
+    writer.close()
+    assert not (folder / "copy.db-shm").exists()
+
+    with pytest.raises(MissingFileError, match=re.escape("the key vault 'copy.db.vault' of the existing store")):
+        connect("sqlite:///copy.db")
+
+    assert not (folder / "copy.db.vault").exists()
+    assert not (folder / "copy.db.key").exists()
