@@ -19,7 +19,7 @@ from engram_memory.ports import Clock
 __all__ = ["GuardedClock"]
 
 
-def _in_utc(instant: object) -> datetime | None:
+def _aware_in_utc(instant: object) -> datetime | None:
     """``instant`` in UTC, or ``None`` when it is not an aware ``datetime`` (may raise, as its zone may)."""
     if isinstance(instant, datetime) and instant.utcoffset() is not None:
         return instant.astimezone(UTC)
@@ -41,7 +41,7 @@ class GuardedClock:
         """
         try:
             instant: object = self.inner.now()
-            in_utc = _in_utc(instant)
+            in_utc = _aware_in_utc(instant)
         except EngramError:
             raise
         except Exception as exc:  # the clock, its zone's offset, or an instant beyond UTC's range

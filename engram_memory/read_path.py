@@ -170,7 +170,7 @@ class ReadPath:
         Raises:
             EngramError: ``BLOB_MISSING`` (no body, key gone) or ``JOURNAL_CORRUPT`` (the body does
                 not authenticate or does not re-derive its id and digest).
-            _KeyGoneError: the key is unavailable (see :meth:`_key_gone`, called once the view is closed).
+            _KeyGoneError: the key is unavailable (see :meth:`_check_erased_meanwhile`, called once the view is closed).
         """
         if row.sealed is None:
             raise EngramError(ErrorCode.BLOB_MISSING, detail="eligible record has no body")
@@ -190,8 +190,8 @@ class ReadPath:
         opened: dict[str, Any] = record
         return opened, whole
 
-    def _key_gone(self, scope: str, gone: _KeyGoneError) -> bool:
-        """Whether a fresh view shows the record changed since it was read (a concurrent forget).
+    def _check_erased_meanwhile(self, scope: str, gone: _KeyGoneError) -> None:
+        """Return if a fresh view shows the record changed since it was read (a concurrent forget).
 
         Called with no view open. Raises ``BLOB_MISSING`` when it did not change: the key is lost.
         """
@@ -199,7 +199,7 @@ class ReadPath:
         with self._reading(scope) as fresh:
             current = fresh.record(row.record_id)
         if current is None or current.sealed != row.sealed or current.state != row.state:
-            return True
+            return
         raise EngramError(ErrorCode.BLOB_MISSING, detail="record key unavailable") from gone.__cause__
 
     def _redaction(
@@ -271,7 +271,7 @@ class ReadPath:
             try:
                 return self._search_once(binding, args)
             except _KeyGoneError as gone:
-                self._key_gone(binding.scope, gone)  # forgotten meanwhile: search again
+                self._check_erased_meanwhile(binding.scope, gone)  # forgotten meanwhile: search again
         raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="records kept being erased during the search")
 
     def _rank(self, reader: StoreReader, query: RankingQuery) -> list[RankedHit]:
@@ -543,7 +543,7 @@ class ReadPath:
                     raise EngramError(ErrorCode.NOT_FOUND)
                 record, whole = self._open(scope, row)
         except _KeyGoneError as gone:
-            self._key_gone(scope, gone)
+            self._check_erased_meanwhile(scope, gone)
             raise EngramError(ErrorCode.NOT_FOUND) from gone  # forgotten meanwhile
         redacted, removed, redaction, redacted_bytes = self._redaction(record, whole, allowlist)
         if len(redacted_bytes) > args.max_packet_bytes:
