@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -214,6 +215,7 @@ class _RawServer:
             start_new_session=True,
         )
         self.next_id = 1
+        self.unread = b""
 
     def send(self, line: bytes) -> None:
         assert self.process.stdin is not None
@@ -224,13 +226,24 @@ class _RawServer:
         """Send one request and read lines until its answer."""
         ident, self.next_id = self.next_id, self.next_id + 1
         self.send(json.dumps({"jsonrpc": "2.0", "id": ident, "method": method, "params": params}).encode())
-        assert self.process.stdout is not None
         while True:
-            line = self.process.stdout.readline()
-            assert line, "the server closed its output"
-            message: dict[str, Any] = json.loads(line)
+            message = self.receive()
             if message.get("id") == ident:
                 return message
+
+    def receive(self) -> dict[str, Any]:
+        """The server's next message; fails after ``TIMEOUT`` seconds without one."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()  # read raw: nothing waits in a Python buffer
+        while b"\n" not in self.unread:
+            ready, _, _ = select.select([fd], [], [], TIMEOUT)
+            assert ready, "the server sent no message"
+            chunk = os.read(fd, 1 << 16)
+            assert chunk, "the server closed its output"
+            self.unread += chunk
+        line, _, self.unread = self.unread.partition(b"\n")
+        message: dict[str, Any] = json.loads(line)
+        return message
 
     def initialize(self) -> None:
         params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
@@ -268,25 +281,59 @@ def test_sigint_stops_a_server_whose_input_stays_open(tmp_path: Path) -> None:
     assert verified.returncode == 0, verified.stderr
 
 
-def test_a_line_that_is_not_utf8_is_dropped_and_nothing_is_captured(tmp_path: Path) -> None:
-    """The SDK would decode it with U+FFFD and commit the altered text; it gets no answer instead."""
+PARSE_ERROR = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
+
+
+def _nothing_pending(db: Path) -> bool:
+    pending = subprocess.run(  # our own console command
+        [*PENDING, "--db", str(db), "--tenant", TENANT, "--workspace", WORKSPACE], capture_output=True, check=False
+    )
+    assert pending.returncode == 0, pending.stderr
+    return pending.stdout == b""
+
+
+def _capture_line(arguments: dict[str, Any], ident: int) -> bytes:
+    call = {"jsonrpc": "2.0", "id": ident, "method": "tools/call"}
+    return json.dumps({**call, "params": {"name": "engram_memory_capture", "arguments": arguments}}).encode()
+
+
+def test_a_line_that_is_not_utf8_is_answered_parse_error_and_nothing_is_captured(tmp_path: Path) -> None:
+    """The SDK would decode it with U+FFFD and commit the altered text; it is answered -32700 instead."""
     server = _RawServer(tmp_path / "memory.db")
     try:
         server.initialize()
-        arguments = capture_args("Invalid zqmarkzq byte.")
-        call = {"jsonrpc": "2.0", "id": 900, "method": "tools/call"}
-        line = json.dumps({**call, "params": {"name": "engram_memory_capture", "arguments": arguments}})
-        server.send(line.encode().replace(b"zqmarkzq", b"\xff"))  # a raw 0xff byte inside the text
-        listed = server.request("tools/list", {})  # answered next: the bad line got no answer
-        assert listed["id"] != 900
+        line = _capture_line(capture_args("Invalid zqmarkzq byte."), 900)
+        server.send(line.replace(b"zqmarkzq", b"\xff"))  # a raw 0xff byte inside the text
+        assert server.receive() == PARSE_ERROR
         search = {"query": "invalid byte", "purpose_ref": PURPOSE}
         found = server.request("tools/call", {"name": "engram_memory_search", "arguments": search})
-        assert found["result"]["structuredContent"]["ok"] is True
-        pending = subprocess.run(  # our own console command
-            [*PENDING, "--db", str(tmp_path / "memory.db"), "--tenant", TENANT, "--workspace", WORKSPACE],
-            capture_output=True,
-            check=False,
-        )
-        assert pending.stdout == b""  # nothing was captured
+        assert found["result"]["structuredContent"]["ok"] is True  # the server goes on
+        assert _nothing_pending(tmp_path / "memory.db")
+    finally:
+        server.stop()
+
+
+def test_a_duplicated_argument_is_answered_parse_error_and_nothing_is_captured(tmp_path: Path) -> None:
+    """The SDK's parser keeps the last of two keys; over stdio the message is refused before it."""
+    server = _RawServer(tmp_path / "memory.db")
+    try:
+        server.initialize()
+        arguments = capture_args("Shown to a proxy that reads the first key.")
+        line = _capture_line(arguments, 901)
+        key = b'"idempotency_key": "stdio-capture-key-0001"'
+        assert line.count(key) == 1
+        server.send(line.replace(key, key + b', "idempotency_key": "stdio-capture-key-0002"'))
+        assert server.receive() == PARSE_ERROR
+        server.send(b"   ")  # a blank line holds no message and gets no answer
+        server.send(b"not json at all")  # what the SDK cannot parse is answered too
+        assert server.receive() == PARSE_ERROR
+        assert server.request("ping", {})["result"] == {}
+        assert _nothing_pending(tmp_path / "memory.db")
+        same = json.loads(_capture_line(arguments, 902))  # the message without the duplicate is served
+        server.send(json.dumps(same).encode())
+        served = server.receive()
+        assert served["id"] == 902
+        assert served["result"]["structuredContent"]["output"]["value"]["status"] == "committed_pending"
+        assert not _nothing_pending(tmp_path / "memory.db")
     finally:
         server.stop()

@@ -12,9 +12,10 @@ It uses the SDK's low-level :class:`mcp.server.lowlevel.Server`, never the decor
 ``10`` and silently drops unknown keys, where the contract wants closed schemas, no coercion and
 ``INVALID_SCHEMA`` for an extra key. The low-level server advertises our ``inputSchema``
 without ever applying it, so the arguments reach :meth:`MemoryService.call_tool` as the SDK
-parsed them: no defaults, no coercion. One thing is lost before this module sees a message: the
-SDK's JSON parser keeps the last of duplicate keys, so a duplicated argument is not refused as
-``INVALID_SCHEMA`` here (it is where the core parses JSON itself, ``parse_json``).
+parsed them: no defaults, no coercion. One thing is lost before this module sees a message on a
+transport it does not read itself: the SDK's JSON parser keeps the last of duplicate keys, so a
+duplicated argument is not refused as ``INVALID_SCHEMA`` (it is where the core parses JSON
+itself, ``parse_json``). :func:`serve_stdio` reads its input itself and refuses such a message.
 
 What crosses the wire:
 
@@ -52,7 +53,8 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Final, TypeAlias, cast
+from types import TracebackType
+from typing import Any, Final, Protocol, Self, TypeAlias, cast
 
 from engram_memory._version import __version__
 from engram_memory.adapters import MCP_EXTRA
@@ -68,6 +70,7 @@ try:
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
     from mcp.shared.exceptions import MCPError
+    from mcp.shared.message import SessionMessage
 
     from engram_memory.adapters._stdin import StdinLines
 except ImportError as exc:  # the extra is not installed (or is another SDK version)
@@ -195,12 +198,72 @@ def build_server(
     return Server(name, version=__version__, on_list_tools=on_list_tools, on_call_tool=on_call_tool)
 
 
+class _Sender(Protocol):
+    async def send(self, item: SessionMessage, /) -> None: ...
+
+
+_PARSE_ERROR: Final = SessionMessage(
+    mcp_types.JSONRPCError(
+        jsonrpc="2.0", id=None, error=mcp_types.ErrorData(code=mcp_types.PARSE_ERROR, message="Parse error")
+    )
+)
+"""JSON-RPC 2.0's answer to a message that could not be parsed: ``-32700``, ``"id": null``."""
+
+
+class _AnsweringParseErrors:
+    """The server's read stream over a transport's: each message it could not parse is answered ``-32700``.
+
+    The SDK's transports hand a message they fail to parse to the server as an exception, and
+    the server drops it without an answer, so the client waited for its own timeout. Here the
+    exception is answered on ``write`` and never reaches the server. Everything else passes
+    through, and so does the sender's context (``last_context``) that the SDK reads.
+    """
+
+    def __init__(self, inner: Any, write: _Sender) -> None:
+        self._inner = inner
+        self._write = write
+
+    @property
+    def last_context(self) -> object:
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        while True:
+            item: SessionMessage | Exception = await self._inner.receive()
+            if not isinstance(item, Exception):
+                return item
+            _log.debug("stdio message not parsed: %s", type(item).__name__)
+            await self._write.send(_PARSE_ERROR)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
 async def serve_stdio(service: MemoryService, binding: HostBinding, *, name: str = DEFAULT_SERVER_NAME) -> None:
     """Serve ``service`` over stdin/stdout for one fixed (single-tenant) ``binding`` until EOF.
 
     Standard input is read in the event loop (:mod:`engram_memory.adapters._stdin`), so a
-    cancellation (Ctrl-C) ends the server at once, and a line that is not valid UTF-8 is dropped
-    unanswered, like any message the SDK cannot parse, never decoded with replacement characters.
+    cancellation (Ctrl-C) ends the server at once. A line that is not valid UTF-8, or whose JSON
+    holds a key twice in one object, is refused before the SDK parses it; such a line, and any
+    other the SDK cannot parse, is answered with JSON-RPC ``-32700`` ("Parse error", ``"id":
+    null``) and never reaches the service. Blank lines are skipped.
 
     Every request runs with the same binding, so it should carry no ``confirmation`` and no
     ``audit_id`` (a fresh audit id is made per call). Without a host confirmation channel,
@@ -211,7 +274,8 @@ async def serve_stdio(service: MemoryService, binding: HostBinding, *, name: str
     stdin = cast("anyio.AsyncFile[str]", StdinLines(sys.stdin.fileno()))  # iterated for lines only
     try:
         async with stdio_server(stdin=stdin) as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            messages = _AnsweringParseErrors(read_stream, write_stream)
+            await server.run(messages, write_stream, server.create_initialization_options())
     except BaseExceptionGroup as group:
         # a line read while the server was shutting down meets its closed stream: not a failure
         _, rest = group.split((anyio.BrokenResourceError, anyio.ClosedResourceError))
