@@ -47,6 +47,7 @@ __all__ = [
     "UnitOfWork",
     "occurrence_fields",
     "occurrence_key",
+    "occurrence_keys",
 ]
 
 FIELDS: tuple[str, ...] = ("primary", "decision", "evidence", "context", "citations")
@@ -206,6 +207,24 @@ def occurrence_key(frequencies: Sequence[int], lengths: Sequence[int]) -> str:
         for position, (tf, length) in enumerate(zip(frequencies, lengths, strict=True))
         if tf > 0
     )
+
+
+def occurrence_keys(document: IndexedDocument) -> dict[str, str]:
+    """:func:`occurrence_key` of each of ``document``'s terms, by term.
+
+    Computed once per distinct frequency tuple (most of a document's terms share a handful), so
+    indexing a document costs one dict lookup per term. Raises as :func:`occurrence_key` does on
+    a tuple of the wrong length.
+    """
+    lengths = document.lengths
+    by_frequencies: dict[tuple[int, ...], str] = {}
+    keys: dict[str, str] = {}
+    for term, frequencies in document.terms.items():
+        key = by_frequencies.get(frequencies)
+        if key is None:
+            key = by_frequencies[frequencies] = occurrence_key(frequencies, lengths)
+        keys[term] = key
+    return keys
 
 
 def occurrence_fields(key: str) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -34,7 +34,7 @@ from engram_memory.ports import (
     Posting,
     RecordRow,
     TermPostings,
-    occurrence_key,
+    occurrence_keys,
 )
 from engram_memory.ranking.eligibility import eligible_entries
 
@@ -157,8 +157,7 @@ class _View:
 
 def _keyed(document: IndexedDocument) -> list[tuple[str, str]]:
     """The (term, occurrence key) pairs of a document; raises on a tuple of the wrong length."""
-    lengths = document.lengths
-    return [(term, intern(occurrence_key(frequencies, lengths))) for term, frequencies in document.terms.items()]
+    return [(term, intern(occurrence)) for term, occurrence in occurrence_keys(document).items()]
 
 
 class _Unit(_View):

@@ -56,7 +56,7 @@ from engram_memory.ports import (
     SealedEnvelope,
     TermPostings,
     occurrence_fields,
-    occurrence_key,
+    occurrence_keys,
 )
 from engram_memory.stores.sqlite._errors import (
     MigrationLedgerError,
@@ -610,7 +610,7 @@ class _Unit(_View):
         sid = self._sid_for_write()
         lengths = document.lengths
         term_key = self._store._term_key  # noqa: SLF001
-        keyed = sorted((term_key(term), occurrence_key(tf, lengths)) for term, tf in document.terms.items())
+        keyed = sorted([(term_key(term), occurrence) for term, occurrence in occurrence_keys(document).items()])
         conn = self._live()
         cursor = conn.execute(
             f"INSERT INTO documents (scope_id, record_id, {_LENGTHS}, valid_from, valid_to, expires_at_ms)"  # noqa: S608
