@@ -20,6 +20,7 @@ from engram_memory.ports import (
     Store,
     occurrence_fields,
     occurrence_key,
+    occurrence_keys,
 )
 from engram_memory.ranking.bm25f import (
     average_lengths,
@@ -212,6 +213,24 @@ def test_occurrence_keys_round_trip() -> None:
     assert occurrence_key((0,) * 5, (3,) * 5) == ""
     assert occurrence_fields("") == ((0,) * 5, (0,) * 5)
     assert occurrence_key((0, 0, 0, 0, 120), (0, 0, 0, 0, 70_000)) == "4:120:70000"
+
+
+def test_a_documents_occurrence_keys_are_each_terms_key() -> None:
+    lengths = (1, 9, 0, 30, 2)
+    terms: dict[str, tuple[int, ...]] = {"alpha": (1, 0, 0, 0, 0), "beta": (0, 2, 0, 1, 0), "gamma": (1, 0, 0, 0, 0)}
+    terms["nil"] = (0,) * 5
+    document = IndexedDocument(
+        record_id="mem_x", lengths=lengths, terms=terms, valid_from=0, valid_to=None, expires_at_ms=None
+    )
+    keys = occurrence_keys(document)
+    assert keys == {term: occurrence_key(frequencies, lengths) for term, frequencies in terms.items()}
+    assert keys == {"alpha": "0:1:1", "beta": "1:2:9,3:1:30", "gamma": "0:1:1", "nil": ""}
+    assert list(keys) == list(terms)  # in the document's term order
+    short = IndexedDocument(
+        record_id="mem_y", lengths=lengths, terms={"a": (1, 0)}, valid_from=0, valid_to=None, expires_at_ms=None
+    )
+    with pytest.raises(ValueError, match="zip"):
+        occurrence_keys(short)
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
