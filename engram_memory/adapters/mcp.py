@@ -51,10 +51,10 @@ import functools
 import inspect
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
-from typing import Any, Final, Protocol, Self, TypeAlias, cast
+from typing import Any, Final, Protocol, Self, TypeAlias, TypeVar, cast
 
 from engram_memory._version import __version__
 from engram_memory.adapters import MCP_EXTRA
@@ -80,6 +80,7 @@ except ImportError as exc:  # the extra is not installed (or is another SDK vers
     raise ImportError(_message, name=exc.name, path=exc.path) from exc
 
 __all__ = [
+    "DEFAULT_CALLS_PER_TENANT",
     "DEFAULT_SERVER_NAME",
     "BindingFor",
     "RequestContext",
@@ -90,6 +91,7 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 DEFAULT_SERVER_NAME: Final = "engram-memory"
 INTERNAL_ERROR_MESSAGE: Final = "Internal server error"
@@ -153,25 +155,84 @@ async def _resolve_binding(binding_for: BindingFor, ctx: RequestContext) -> Host
     return answer
 
 
+DEFAULT_CALLS_PER_TENANT: Final = 8
+"""How many calls of one tenant :func:`build_server` runs in worker threads at once, by default."""
+
+
+class _TenantSlots:
+    """At most ``limit`` calls of one tenant hold a worker thread at a time; the others wait in the event loop.
+
+    A tenant's limiter lives only while it has calls running or waiting, so the map never holds
+    more tenants than there are calls in flight. Used from the event loop only (no lock needed).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._limiters: dict[str, anyio.CapacityLimiter] = {}
+        self._calls: dict[str, int] = {}
+
+    @asynccontextmanager
+    async def held(self, tenant: str) -> AsyncIterator[None]:
+        limiter = self._limiters.get(tenant)
+        if limiter is None:
+            limiter = self._limiters[tenant] = anyio.CapacityLimiter(self._limit)
+        self._calls[tenant] = self._calls.get(tenant, 0) + 1
+        try:
+            async with limiter:
+                yield
+        finally:
+            self._calls[tenant] -= 1
+            if not self._calls[tenant]:
+                del self._calls[tenant], self._limiters[tenant]
+
+
+def _tenant_slots(limit: int | None) -> _TenantSlots | None:
+    if limit is None:
+        return None
+    if type(limit) is not int:
+        raise TypeError("max_calls_per_tenant must be an int or None")
+    if limit < 1:
+        raise ValueError("max_calls_per_tenant must be at least 1")
+    return _TenantSlots(limit)
+
+
 def build_server(
     service: MemoryService,
     binding_for: BindingFor,
     *,
     name: str = DEFAULT_SERVER_NAME,
+    max_calls_per_tenant: int | None = DEFAULT_CALLS_PER_TENANT,
 ) -> Server[Any]:
     """Build a low-level MCP server exposing the six memory tools of ``service``.
 
     Args:
         service: the memory service; its synchronous calls run in a worker thread
-            (``anyio.to_thread.run_sync``), never on the event loop.
+            (``anyio.to_thread.run_sync``, anyio's default pool of 40 threads), never on the
+            event loop.
         binding_for: the host's callback building the :class:`~engram_memory.HostBinding` of each
             ``tools/list`` and ``tools/call`` request (see :data:`BindingFor`).
         name: the server name announced to clients.
+        max_calls_per_tenant: at most this many ``tools/list`` and ``tools/call`` requests of one
+            tenant (``HostBinding.tenant_id``) run in worker threads at once; the others wait in
+            the event loop, holding no thread, so one tenant's slow calls cannot take every
+            thread of the pool from the others. ``None`` lifts the limit (every request then
+            competes for the shared pool alone).
 
     Returns:
         The server; run it with ``server.run(read, write, server.create_initialization_options())``
         over any SDK transport, or see :func:`serve_stdio`.
+
+    Raises:
+        TypeError: ``max_calls_per_tenant`` is not an ``int`` or ``None``.
+        ValueError: ``max_calls_per_tenant`` is below 1.
     """
+    slots = _tenant_slots(max_calls_per_tenant)
+
+    async def in_worker_thread(binding: HostBinding, call: Callable[[], _T]) -> _T:
+        if slots is None:
+            return await anyio.to_thread.run_sync(call)
+        async with slots.held(binding.tenant_id):
+            return await anyio.to_thread.run_sync(call)
 
     async def on_list_tools(
         ctx: RequestContext, params: mcp_types.PaginatedRequestParams | None
@@ -179,7 +240,7 @@ def build_server(
         del params  # one page: at most six tools
         with _wire_errors("tools/list"):
             binding = await _resolve_binding(binding_for, ctx)
-            descriptors = await anyio.to_thread.run_sync(functools.partial(service.list_tools, binding))
+            descriptors = await in_worker_thread(binding, functools.partial(service.list_tools, binding))
             # The list depends on the caller's binding: never let a shared cache serve it to another.
             return mcp_types.ListToolsResult(
                 tools=[tool_from_descriptor(descriptor) for descriptor in descriptors],
@@ -192,7 +253,7 @@ def build_server(
             binding = await _resolve_binding(binding_for, ctx)
             # The arguments go to the core's strict parser exactly as received: no defaults, no coercion.
             call = functools.partial(service.call_tool, params.name, params.arguments, binding)
-            envelope = await anyio.to_thread.run_sync(call)
+            envelope = await in_worker_thread(binding, call)
             return envelope_result(envelope)
 
     return Server(name, version=__version__, on_list_tools=on_list_tools, on_call_tool=on_call_tool)
