@@ -282,6 +282,7 @@ def test_sigint_stops_a_server_whose_input_stays_open(tmp_path: Path) -> None:
 
 
 PARSE_ERROR = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
+INVALID_REQUEST = {"code": -32600, "message": "Invalid Request"}
 
 
 def _nothing_pending(db: Path) -> bool:
@@ -313,7 +314,7 @@ def test_a_line_that_is_not_utf8_is_answered_parse_error_and_nothing_is_captured
         server.stop()
 
 
-def test_a_duplicated_argument_is_answered_parse_error_and_nothing_is_captured(tmp_path: Path) -> None:
+def test_a_duplicated_argument_is_answered_invalid_request_and_nothing_is_captured(tmp_path: Path) -> None:
     """The SDK's parser keeps the last of two keys; over stdio the message is refused before it."""
     server = _RawServer(tmp_path / "memory.db")
     try:
@@ -323,8 +324,13 @@ def test_a_duplicated_argument_is_answered_parse_error_and_nothing_is_captured(t
         key = b'"idempotency_key": "stdio-capture-key-0001"'
         assert line.count(key) == 1
         server.send(line.replace(key, key + b', "idempotency_key": "stdio-capture-key-0002"'))
-        assert server.receive() == PARSE_ERROR
+        assert server.receive() == {
+            "jsonrpc": "2.0",
+            "id": 901,
+            "error": {"code": -32600, "message": "Invalid Request"},
+        }
         server.send(b"   ")  # a blank line holds no message and gets no answer
+        server.send(b'{"jsonrpc": "2.0", "method": "notifications/x", "params": {"k": 1, "k": 2}}')  # nor does this
         server.send(b"not json at all")  # what the SDK cannot parse is answered too
         assert server.receive() == PARSE_ERROR
         assert server.request("ping", {})["result"] == {}
@@ -337,3 +343,26 @@ def test_a_duplicated_argument_is_answered_parse_error_and_nothing_is_captured(t
         assert not _nothing_pending(tmp_path / "memory.db")
     finally:
         server.stop()
+
+
+def test_requests_read_before_end_of_input_are_answered(tmp_path: Path) -> None:
+    """Input that ends right after its requests (a file, a client that writes and closes) loses no answer."""
+    server = _RawServer(tmp_path / "memory.db")
+    try:
+        server.initialize()
+        search = {"query": "anything", "purpose_ref": PURPOSE}
+        call = {"jsonrpc": "2.0", "id": 71, "method": "tools/call"}
+        server.send(json.dumps({**call, "params": {"name": "engram_memory_search", "arguments": search}}).encode())
+        server.send(b'{"jsonrpc": "2.0", "id": 72, "method": "ping"}')
+        server.send(b"not json at all")
+        assert server.process.stdin is not None
+        server.process.stdin.close()  # end of input, with three lines unanswered yet
+        answers = [server.receive() for _ in range(3)]
+        assert server.process.wait(timeout=TIMEOUT) == 0
+    finally:
+        server.stop()
+    by_id = {answer["id"]: answer for answer in answers}
+    assert set(by_id) == {71, 72, None}
+    assert by_id[71]["result"]["structuredContent"]["ok"] is True
+    assert by_id[72]["result"] == {}
+    assert by_id[None] == PARSE_ERROR

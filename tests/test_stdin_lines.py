@@ -13,7 +13,7 @@ pytest.importorskip("mcp")
 import anyio
 import anyio.to_thread
 
-from engram_memory.adapters._stdin import REFUSED_LINE, StdinLines
+from engram_memory.adapters._stdin import REFUSED_LINE, Refusal, StdinLines, _screened, refusal_answer
 
 CONTENT = (
     b'{"jsonrpc": "2.0"}\nsecond line\n\xff not utf-8\n\n \t\r\n\xc3\xa9t\xc3\xa9\n'
@@ -30,8 +30,23 @@ EXPECTED = [
 ]
 
 
-async def _lines(fd: int) -> list[str]:
-    return [line async for line in StdinLines(fd)]
+EXPECTED_REFUSALS: list[Refusal] = [
+    (-32600, None),  # JSON, not a request
+    (-32700, None),  # not JSON
+    (-32700, None),  # not UTF-8
+    (-32700, None),
+    (-32600, None),  # JSON, not a request (and a duplicate key)
+    (-32600, None),  # an array
+    (-32700, None),
+]
+
+
+async def _lines(fd: int) -> list[tuple[str, Refusal]]:
+    """Each line handed on, with the refusal queued for it (one per line, in order)."""
+    lines = StdinLines(fd)
+    read = [line async for line in lines]
+    assert len(lines.refusals) == len(read)
+    return list(zip(read, lines.refusals, strict=True))
 
 
 def test_a_pipe_gives_its_lines_screened_and_skips_blank_ones() -> None:
@@ -39,7 +54,7 @@ def test_a_pipe_gives_its_lines_screened_and_skips_blank_ones() -> None:
     try:
         os.write(write, CONTENT)
         os.close(write)
-        assert anyio.run(_lines, read) == EXPECTED
+        assert anyio.run(_lines, read) == list(zip(EXPECTED, EXPECTED_REFUSALS, strict=True))
     finally:
         os.close(read)
 
@@ -49,7 +64,7 @@ def test_a_regular_file_the_event_loop_cannot_watch_is_read_all_the_same(tmp_pat
     path.write_bytes(CONTENT)
     fd = os.open(path, os.O_RDONLY)
     try:
-        assert anyio.run(_lines, fd) == EXPECTED
+        assert anyio.run(_lines, fd) == list(zip(EXPECTED, EXPECTED_REFUSALS, strict=True))
     finally:
         os.close(fd)
 
@@ -108,3 +123,38 @@ def test_a_line_whose_json_is_too_deep_for_the_screen_is_handed_on() -> None:
 def _write_all(fd: int, data: bytes) -> None:
     with os.fdopen(fd, "wb") as stream:
         stream.write(data)
+
+
+@pytest.mark.parametrize(
+    ("line", "text", "refusal"),
+    [
+        (b'{"jsonrpc":"2.0","id":3,"method":"ping"}', None, (-32600, 3)),  # the SDK would parse it: unused
+        (b'{"jsonrpc":"2.0","id":"r1","method":"x","params":{"a":1,"a":2}}', REFUSED_LINE, (-32600, "r1")),
+        (b'{"jsonrpc":"2.0","id":4,"id":5,"method":"ping"}', REFUSED_LINE, (-32600, None)),  # which id?
+        (b'{"jsonrpc":"2.0","method":"notifications/x","params":{"k":1,"k":1}}', REFUSED_LINE, None),
+        (b'{"jsonrpc":"2.0","id":6,"result":{"k":1,"k":2}}', REFUSED_LINE, None),  # a response: no answer
+        (b'{"jsonrpc":"2.0","id":7,"method":"x","params":{"n":' + b"9" * 5000 + b"}}", None, (-32600, 7)),
+        (b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"x"}', None, (-32600, None)),
+        (b'{"jsonrpc":"2.0","id":true,"method":"x"}', None, (-32600, None)),
+        (b'{"jsonrpc":"2.0","id":1.5,"method":"x"}', None, (-32600, None)),
+        (b'{"jsonrpc":"2.0","id":null,"method":"x"}', None, (-32600, None)),
+        (b"[1, 2]", None, (-32600, None)),
+        (b'{"id": 8}', None, (-32600, None)),  # neither a request nor a response
+        (b"{", None, (-32700, None)),
+        (b"\xff", REFUSED_LINE, (-32700, None)),
+    ],
+)
+def test_a_line_is_screened_and_gets_the_answer_json_rpc_gives_it(
+    line: bytes, text: str | None, refusal: Refusal
+) -> None:
+    screened, answer = _screened(line)
+    assert screened == (line.decode() if text is None else text)
+    assert answer == refusal
+
+
+def test_the_answer_to_a_parsed_value_follows_json_rpc() -> None:
+    assert refusal_answer({"jsonrpc": "2.0", "id": 0, "method": "m"}) == (-32600, 0)
+    assert refusal_answer({"jsonrpc": "2.0", "id": "", "method": "m"}) == (-32600, "")
+    assert refusal_answer({"method": "m"}) is None  # a notification
+    assert refusal_answer({"id": 1, "error": {}}) is None  # a response
+    assert refusal_answer("text") == (-32600, None)

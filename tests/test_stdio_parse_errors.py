@@ -1,6 +1,8 @@
-"""The stdio server's read stream answers what the transport could not parse with JSON-RPC -32700."""
+"""The stdio server's streams: refusals answered as JSON-RPC 2.0 says, requests answered before EOF ends the server."""
 
 from __future__ import annotations
+
+import collections
 
 import pytest
 
@@ -11,7 +13,9 @@ import mcp.types as mcp_types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from engram_memory.adapters.mcp import _AnsweringParseErrors
+from engram_memory.adapters import _stdio_relay
+from engram_memory.adapters._stdin import Refusal
+from engram_memory.adapters._stdio_relay import AnsweringReads
 
 pytestmark = pytest.mark.anyio
 
@@ -27,63 +31,145 @@ def _ping(ident: int) -> SessionMessage:
     return SessionMessage(mcp_types.JSONRPCRequest(jsonrpc="2.0", id=ident, method="ping"))
 
 
+def _answer(ident: int) -> SessionMessage:
+    return SessionMessage(mcp_types.JSONRPCResponse(jsonrpc="2.0", id=ident, result={}))
+
+
+def _cancelled(ident: int) -> SessionMessage:
+    notification = mcp_types.JSONRPCNotification(
+        jsonrpc="2.0", method="notifications/cancelled", params={"requestId": ident}
+    )
+    return SessionMessage(notification)
+
+
 def _wire(message: SessionMessage) -> object:
     return mcp_types.jsonrpc_message_adapter.dump_python(message.message, by_alias=True, exclude_unset=True)
 
 
-async def test_each_exception_is_answered_and_never_reaches_the_server() -> None:
-    into, inner = anyio.create_memory_object_stream[SessionMessage | Exception](8)
-    write, answers = anyio.create_memory_object_stream[SessionMessage](8)
-    async with write, answers:
-        await _relay_four_items(into, inner, write, answers)
+Streams = tuple[
+    MemoryObjectSendStream[SessionMessage | Exception],
+    MemoryObjectReceiveStream[SessionMessage | Exception],
+    MemoryObjectSendStream[SessionMessage],
+    MemoryObjectReceiveStream[SessionMessage],
+]
 
 
-async def _relay_four_items(
-    into: MemoryObjectSendStream[SessionMessage | Exception],
-    inner: MemoryObjectReceiveStream[SessionMessage | Exception],
-    write: MemoryObjectSendStream[SessionMessage],
-    answers: MemoryObjectReceiveStream[SessionMessage],
+def _streams() -> Streams:
+    into, inner = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    write, answers = anyio.create_memory_object_stream[SessionMessage](16)
+    return into, inner, write, answers
+
+
+async def test_each_refused_line_gets_the_answer_queued_for_it_and_never_reaches_the_server(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for item in (_ping(1), ValueError("not JSON"), ValueError("a key twice"), _ping(2)):
-        await into.send(item)
-    into.close()
-    async with _AnsweringParseErrors(inner, write) as relay:
-        served = [item async for item in relay]
-    assert [_wire(item) for item in served if isinstance(item, SessionMessage)] == [
-        {"jsonrpc": "2.0", "id": 1, "method": "ping"},
-        {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+    monkeypatch.setattr(_stdio_relay, "DRAIN_LIMIT", 0.01)  # the ping is never answered here
+    into, inner, write, answers = _streams()
+    refusals: collections.deque[Refusal] = collections.deque(
+        [None, (-32700, None), (-32600, 9), None, None, (-32600, "req-a")]
+    )
+    items: list[SessionMessage | Exception] = [
+        _ping(1),  # a message: its queued refusal is consumed, unused
+        ValueError("not JSON"),
+        ValueError("a key twice"),
+        ValueError("a notification the SDK refused"),  # None: no answer
+        _answer(5),  # a response passes through too (the server resolves it)
+        ValueError("a request with a string id"),
     ]
-    assert len(served) == 2
-    assert [_wire(answers.receive_nowait()) for _ in range(2)] == [PARSE_ERROR, PARSE_ERROR]
-    with pytest.raises(anyio.WouldBlock):
-        answers.receive_nowait()
+    async with write, answers:
+        for item in items:
+            await into.send(item)
+        into.close()
+        reads = AnsweringReads(inner, write, refusals)
+        async with reads:
+            served = [item async for item in reads]
+        assert [_wire(item) for item in served if isinstance(item, SessionMessage)] == [
+            {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            {"jsonrpc": "2.0", "id": 5, "result": {}},
+        ]
+        assert len(served) == 2
+        sent = [_wire(answers.receive_nowait()) for _ in range(3)]
+        with pytest.raises(anyio.WouldBlock):
+            answers.receive_nowait()
+    assert sent == [
+        PARSE_ERROR,
+        {"jsonrpc": "2.0", "id": 9, "error": {"code": -32600, "message": "Invalid Request"}},
+        {"jsonrpc": "2.0", "id": "req-a", "error": {"code": -32600, "message": "Invalid Request"}},
+    ]
+    assert not refusals
     with pytest.raises(anyio.ClosedResourceError):  # leaving the block closed the transport's stream
         inner.receive_nowait()
 
 
-async def test_receive_waits_past_an_exception_and_ends_with_the_stream() -> None:
-    into, inner = anyio.create_memory_object_stream[SessionMessage | Exception](8)
-    write, answers = anyio.create_memory_object_stream[SessionMessage](8)
+async def test_an_exception_with_no_refusal_queued_is_answered_as_a_parse_error() -> None:
+    into, inner, write, answers = _streams()
     async with into, inner, write, answers:
-        await _receive_past_an_exception(into, _AnsweringParseErrors(inner, write), answers)
+        await into.send(RuntimeError("from another reader"))
+        await into.send(_ping(7))
+        reads = AnsweringReads(inner, write, collections.deque())
+        message = await reads.receive()
+        assert isinstance(message, SessionMessage)
+        assert _wire(message) == {"jsonrpc": "2.0", "id": 7, "method": "ping"}
+        assert _wire(answers.receive_nowait()) == PARSE_ERROR
 
 
-async def _receive_past_an_exception(
-    into: MemoryObjectSendStream[SessionMessage | Exception],
-    relay: _AnsweringParseErrors,
-    answers: MemoryObjectReceiveStream[SessionMessage],
-) -> None:
-    await into.send(RuntimeError("undecodable"))
-    await into.send(_ping(7))
-    message = await relay.receive()
-    assert isinstance(message, SessionMessage)
-    assert _wire(message) == {"jsonrpc": "2.0", "id": 7, "method": "ping"}
-    assert _wire(answers.receive_nowait()) == PARSE_ERROR
-    into.close()
-    with pytest.raises(anyio.EndOfStream):
-        await relay.receive()
-    with pytest.raises(StopAsyncIteration):
-        await relay.__anext__()
+async def test_end_of_input_waits_until_every_request_read_is_answered() -> None:
+    into, inner, write, answers = _streams()
+    async with into, inner, write, answers:
+        reads = AnsweringReads(inner, write, collections.deque())
+        writes = reads.writes(write)
+        for ident in (1, 2, 2):  # a client may reuse an id: each request is awaited
+            await into.send(_ping(ident))
+        await into.send(_cancelled(3))  # cancelling a request never read changes nothing
+        into.close()
+        for _ in range(4):
+            await reads.receive()
+        ended = anyio.Event()
+
+        async def read_to_the_end() -> None:
+            with pytest.raises(anyio.EndOfStream):
+                await reads.receive()
+            ended.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(read_to_the_end)
+            for ident in (2, 1):
+                await anyio.sleep(0.05)
+                assert not ended.is_set()
+                await writes.send(_answer(ident))
+            await anyio.sleep(0.05)
+            assert not ended.is_set()  # the second request with id 2 is still running
+            await writes.send(_answer(2))
+            with anyio.fail_after(5):
+                await ended.wait()
+        assert [_wire(answers.receive_nowait())["id"] for _ in range(3)] == [2, 1, 2]  # type: ignore[index]
+
+
+async def test_a_request_the_client_cancelled_is_not_awaited_at_end_of_input() -> None:
+    into, inner, write, answers = _streams()
+    async with into, inner, write, answers:
+        reads = AnsweringReads(inner, write, collections.deque())
+        await into.send(_ping(4))
+        await into.send(_cancelled(4))
+        into.close()
+        await reads.receive()
+        await reads.receive()
+        with anyio.fail_after(5), pytest.raises(StopAsyncIteration):
+            await reads.__anext__()
+
+
+async def test_end_of_input_stops_waiting_after_the_drain_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_stdio_relay, "DRAIN_LIMIT", 0.2)
+    into, inner, write, answers = _streams()
+    async with into, inner, write, answers:
+        reads = AnsweringReads(inner, write, collections.deque())
+        await into.send(_ping(8))  # never answered
+        into.close()
+        await reads.receive()
+        started = anyio.current_time()
+        with anyio.fail_after(5), pytest.raises(anyio.EndOfStream):
+            await reads.receive()
+        assert anyio.current_time() - started >= 0.2
 
 
 async def test_the_senders_context_is_read_through() -> None:
@@ -92,5 +178,17 @@ async def test_the_senders_context_is_read_through() -> None:
 
     write, answers = anyio.create_memory_object_stream[SessionMessage](1)
     async with write, answers:
-        assert _AnsweringParseErrors(Inner(), write).last_context == "the sender's context"
-        assert _AnsweringParseErrors(object(), write).last_context is None
+        empty: collections.deque[Refusal] = collections.deque()
+        assert AnsweringReads(Inner(), write, empty).last_context == "the sender's context"
+        assert AnsweringReads(object(), write, empty).last_context is None
+
+
+async def test_the_write_side_closes_its_stream() -> None:
+    write, answers = anyio.create_memory_object_stream[SessionMessage](1)
+    async with answers:
+        reads = AnsweringReads(object(), write, collections.deque())
+        async with reads.writes(write) as writes:
+            await writes.send(_answer(1))
+        with pytest.raises(anyio.ClosedResourceError):
+            await write.send(_answer(2))
+        assert _wire(answers.receive_nowait()) == {"jsonrpc": "2.0", "id": 1, "result": {}}

@@ -11,15 +11,18 @@ Each line is screened before the SDK parses it:
 * a line that is not valid UTF-8 (the SDK would decode it with ``errors="replace"``, and a
   capture was committed with U+FFFD in place of the bytes), and a JSON message holding the same
   key twice in one object, at any depth (the SDK's parser keeps the last value, where the core
-  refuses duplicates), are handed on as :data:`REFUSED_LINE`, text that is not JSON: the SDK
-  fails to parse it, and :func:`~engram_memory.adapters.mcp.serve_stdio` answers ``-32700``;
+  refuses duplicates), are handed on as :data:`REFUSED_LINE`, text that is not JSON, so the SDK
+  cannot parse them;
 * a blank line is skipped: it holds no message.
 
 Any other line is handed on as read; whether it is a JSON-RPC message is the SDK's to decide.
+For every line handed on, :attr:`StdinLines.refusals` receives, in order, the JSON-RPC error that
+answers it should the SDK fail to parse it (see :func:`refusal_answer`).
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 from typing import Any, Final
@@ -27,15 +30,26 @@ from typing import Any, Final
 import anyio
 import anyio.to_thread
 
-__all__ = ["REFUSED_LINE", "StdinLines"]
+__all__ = ["PARSE_ERROR", "REFUSED_LINE", "REQUEST_INVALID", "Refusal", "StdinLines", "refusal_answer"]
 
 _CHUNK: Final = 1 << 16
 REFUSED_LINE: Final = "\x00 a line refused before parsing: not UTF-8, or a key twice in one object"
 """What a refused line becomes: not JSON, so the SDK cannot parse it."""
+PARSE_ERROR: Final = -32700
+REQUEST_INVALID: Final = -32600
+_MAX_INT_DIGITS: Final = 4300
+"""Python's default limit on converting a decimal to an ``int``; a longer one names no request id."""
+
+Refusal = tuple[int, int | str | None] | None
+"""The JSON-RPC error code and id that answer a line the SDK cannot parse, or ``None``: no answer."""
 
 
 class _DuplicateKeyError(Exception):
     """One JSON object of the line holds the same key twice."""
+
+
+class _Unconverted:
+    """An integer too long to convert (``int`` would raise): it can be no request id."""
 
 
 def _refusing_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -45,19 +59,58 @@ def _refusing_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return value
 
 
-def _screened(line: bytes) -> str:
-    """``line`` decoded, or :data:`REFUSED_LINE` (not UTF-8, or JSON with a duplicate key)."""
+def _bounded_int(text: str) -> int | _Unconverted:
+    return int(text) if len(text.lstrip("-")) <= _MAX_INT_DIGITS else _Unconverted()
+
+
+def refusal_answer(message: object) -> Refusal:
+    """How to answer a parsed JSON value that the SDK refuses as a JSON-RPC message.
+
+    JSON-RPC 2.0: a request (``method`` and an ``id`` that is a string or an integer) gets
+    ``-32600`` Invalid Request with its id; a notification (no ``id``) and a response (no
+    ``method``, with ``result`` or ``error``) get no answer; anything else gets ``-32600`` with
+    ``id`` null.
+    """
+    if not isinstance(message, dict):
+        return REQUEST_INVALID, None
+    ident = message.get("id")
+    if "method" in message:
+        if "id" not in message:
+            return None
+        valid = isinstance(ident, str) or (isinstance(ident, int) and not isinstance(ident, bool))
+        return REQUEST_INVALID, ident if valid else None
+    if "id" in message and ("result" in message or "error" in message):
+        return None
+    return REQUEST_INVALID, None
+
+
+def _screened(line: bytes) -> tuple[str, Refusal]:
+    """``line`` decoded (or :data:`REFUSED_LINE`), and the answer should the SDK refuse it."""
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
-        return REFUSED_LINE
+        return REFUSED_LINE, (PARSE_ERROR, None)
     try:
-        json.loads(text, object_pairs_hook=_refusing_duplicates)
+        message = json.loads(text, object_pairs_hook=_refusing_duplicates, parse_int=_bounded_int)
     except _DuplicateKeyError:
-        return REFUSED_LINE
+        return REFUSED_LINE, _refusal_of_duplicate(text)
     except (ValueError, RecursionError):  # not JSON at all: the SDK refuses it on its own
-        pass
-    return text
+        return text, (PARSE_ERROR, None)
+    return text, refusal_answer(message)
+
+
+def _refusal_of_duplicate(text: str) -> Refusal:
+    """The answer to a message refused for a duplicate key: its id, unless ``id`` is the duplicate."""
+    objects: list[list[tuple[str, Any]]] = []
+
+    def collect(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        objects.append(pairs)
+        return dict(pairs)
+
+    message = json.loads(text, object_pairs_hook=collect, parse_int=_bounded_int)
+    if isinstance(message, dict) and [key for key, _ in objects[-1]].count("id") > 1:  # the outer object is last
+        return REQUEST_INVALID, None
+    return refusal_answer(message)
 
 
 class StdinLines:
@@ -68,6 +121,8 @@ class StdinLines:
         self._buffer = b""
         self._eof = False
         self._pollable = True
+        self.refusals: collections.deque[Refusal] = collections.deque()
+        """One entry per line handed on, in order: how to answer it if the SDK cannot parse it."""
 
     def __aiter__(self) -> StdinLines:
         return self
@@ -82,7 +137,9 @@ class StdinLines:
                 raise StopAsyncIteration
             line, _, self._buffer = self._buffer.partition(b"\n")
             if line.strip():
-                return _screened(line)
+                text, refusal = _screened(line)
+                self.refusals.append(refusal)
+                return text
 
     async def _read(self) -> bytes:
         """What ``fd`` holds now (``b""`` at EOF), waiting for it in the event loop when it can."""

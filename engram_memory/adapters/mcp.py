@@ -53,8 +53,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from types import TracebackType
-from typing import Any, Final, Protocol, Self, TypeAlias, TypeVar, cast
+from typing import Any, Final, TypeAlias, TypeVar, cast
 
 from engram_memory._version import __version__
 from engram_memory.adapters import MCP_EXTRA
@@ -70,9 +69,9 @@ try:
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
     from mcp.shared.exceptions import MCPError
-    from mcp.shared.message import SessionMessage
 
     from engram_memory.adapters._stdin import StdinLines
+    from engram_memory.adapters._stdio_relay import AnsweringReads
 except ImportError as exc:  # the extra is not installed (or is another SDK version)
     _message = f"{__name__} needs {MCP_EXTRA} ({exc})"
     if isinstance(exc, ModuleNotFoundError):  # stays one, so pytest.importorskip still skips
@@ -259,72 +258,19 @@ def build_server(
     return Server(name, version=__version__, on_list_tools=on_list_tools, on_call_tool=on_call_tool)
 
 
-class _Sender(Protocol):
-    async def send(self, item: SessionMessage, /) -> None: ...
-
-
-_PARSE_ERROR: Final = SessionMessage(
-    mcp_types.JSONRPCError(
-        jsonrpc="2.0", id=None, error=mcp_types.ErrorData(code=mcp_types.PARSE_ERROR, message="Parse error")
-    )
-)
-"""JSON-RPC 2.0's answer to a message that could not be parsed: ``-32700``, ``"id": null``."""
-
-
-class _AnsweringParseErrors:
-    """The server's read stream over a transport's: each message it could not parse is answered ``-32700``.
-
-    The SDK's transports hand a message they fail to parse to the server as an exception, and
-    the server drops it without an answer, so the client waited for its own timeout. Here the
-    exception is answered on ``write`` and never reaches the server. Everything else passes
-    through, and so does the sender's context (``last_context``) that the SDK reads.
-    """
-
-    def __init__(self, inner: Any, write: _Sender) -> None:
-        self._inner = inner
-        self._write = write
-
-    @property
-    def last_context(self) -> object:
-        return getattr(self._inner, "last_context", None)
-
-    async def receive(self) -> SessionMessage | Exception:
-        while True:
-            item: SessionMessage | Exception = await self._inner.receive()
-            if not isinstance(item, Exception):
-                return item
-            _log.debug("stdio message not parsed: %s", type(item).__name__)
-            await self._write.send(_PARSE_ERROR)
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-
 async def serve_stdio(service: MemoryService, binding: HostBinding, *, name: str = DEFAULT_SERVER_NAME) -> None:
     """Serve ``service`` over stdin/stdout for one fixed (single-tenant) ``binding`` until EOF.
 
     Standard input is read in the event loop (:mod:`engram_memory.adapters._stdin`), so a
     cancellation (Ctrl-C) ends the server at once. A line that is not valid UTF-8, or whose JSON
-    holds a key twice in one object, is refused before the SDK parses it; such a line, and any
-    other the SDK cannot parse, is answered with JSON-RPC ``-32700`` ("Parse error", ``"id":
-    null``) and never reaches the service. Blank lines are skipped.
+    holds a key twice in one object, is refused before the SDK parses it. Such a line, and any
+    other the SDK cannot parse, never reaches the service and is answered as JSON-RPC 2.0 says:
+    ``-32700`` "Parse error" with ``id`` null when it is not JSON, ``-32600`` "Invalid Request"
+    with the request's id when it is (``id`` null when the id is missing, invalid or itself
+    duplicated), and not at all when it is a notification or a response. Blank lines are
+    skipped. At end of input, the requests already read are answered before the server stops
+    (for at most :data:`~engram_memory.adapters._stdio_relay.DRAIN_LIMIT` seconds), unless the
+    client cancelled them.
 
     Every request runs with the same binding, so it should carry no ``confirmation`` and no
     ``audit_id`` (a fresh audit id is made per call). Without a host confirmation channel,
@@ -332,11 +278,12 @@ async def serve_stdio(service: MemoryService, binding: HostBinding, *, name: str
     if the agent should not see them. Log to stderr only: stdout is the protocol stream.
     """
     server = build_server(service, lambda _ctx: binding, name=name)
-    stdin = cast("anyio.AsyncFile[str]", StdinLines(sys.stdin.fileno()))  # iterated for lines only
+    lines = StdinLines(sys.stdin.fileno())
+    stdin = cast("anyio.AsyncFile[str]", lines)  # iterated for lines only
     try:
         async with stdio_server(stdin=stdin) as (read_stream, write_stream):
-            messages = _AnsweringParseErrors(read_stream, write_stream)
-            await server.run(messages, write_stream, server.create_initialization_options())
+            reads = AnsweringReads(read_stream, write_stream, lines.refusals)
+            await server.run(reads, reads.writes(write_stream), server.create_initialization_options())
     except BaseExceptionGroup as group:
         # a line read while the server was shutting down meets its closed stream: not a failure
         _, rest = group.split((anyio.BrokenResourceError, anyio.ClosedResourceError))
