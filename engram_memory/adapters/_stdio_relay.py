@@ -64,18 +64,10 @@ class _InFlight:
             self.idle.set()
 
 
-class TrackingWrites:
-    """The server's write stream: each response or error sent settles its request."""
+class _Wrapping:
+    """A stream over another: closing it (or leaving its ``async with``) closes the one it wraps."""
 
-    def __init__(self, inner: _Stream, in_flight: _InFlight) -> None:
-        self._inner = inner
-        self._in_flight = in_flight
-
-    async def send(self, item: SessionMessage, /) -> None:
-        await self._inner.send(item)
-        message = item.message
-        if isinstance(message, mcp_types.JSONRPCResponse | mcp_types.JSONRPCError):
-            self._in_flight.remove(message.id)
+    _inner: Any  # the wrapped stream: the transport's read stream, or its write stream
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -89,7 +81,21 @@ class TrackingWrites:
         await self.aclose()
 
 
-class AnsweringReads:
+class TrackingWrites(_Wrapping):
+    """The server's write stream: each response or error sent settles its request."""
+
+    def __init__(self, inner: _Stream, in_flight: _InFlight) -> None:
+        self._inner = inner
+        self._in_flight = in_flight
+
+    async def send(self, item: SessionMessage, /) -> None:
+        await self._inner.send(item)
+        message = item.message
+        if isinstance(message, mcp_types.JSONRPCResponse | mcp_types.JSONRPCError):
+            self._in_flight.remove(message.id)
+
+
+class AnsweringReads(_Wrapping):
     """The server's read stream over the transport's (see the module docstring)."""
 
     def __init__(self, inner: Any, write: _Stream, refusals: collections.deque[Refusal]) -> None:
@@ -139,14 +145,3 @@ class AnsweringReads:
             return await self.receive()
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
