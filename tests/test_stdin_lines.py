@@ -133,6 +133,8 @@ def _write_all(fd: int, data: bytes) -> None:
         (b'{"jsonrpc":"2.0","id":4,"id":5,"method":"ping"}', REFUSED_LINE, (-32600, None)),  # which id?
         (b'{"jsonrpc":"2.0","method":"notifications/x","params":{"k":1,"k":1}}', REFUSED_LINE, None),
         (b'{"jsonrpc":"2.0","id":6,"result":{"k":1,"k":2}}', REFUSED_LINE, None),  # a response: no answer
+        (b'{"jsonrpc":"2.0","id":6,"id":6,"result":{}}', REFUSED_LINE, None),  # nor with its id twice
+        (b'{"jsonrpc":"2.0","id":6,"id":7,"error":{"code":1}}', REFUSED_LINE, None),
         (b'{"jsonrpc":"2.0","id":7,"method":"x","params":{"n":' + b"9" * 5000 + b"}}", None, (-32600, 7)),
         (b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"x"}', None, (-32600, None)),
         (b'{"jsonrpc":"2.0","id":true,"method":"x"}', None, (-32600, None)),

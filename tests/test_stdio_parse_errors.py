@@ -192,3 +192,45 @@ async def test_the_write_side_closes_its_stream() -> None:
         with pytest.raises(anyio.ClosedResourceError):
             await write.send(_answer(2))
         assert _wire(answers.receive_nowait()) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+
+
+@pytest.mark.parametrize(
+    ("sent", "cancelled"),
+    [(5, 5), (5, "5"), ("5", 5), ("05", 5), ("req", "req")],
+)
+async def test_a_cancelled_request_is_matched_by_id_as_the_sdk_matches_it(sent: int | str, cancelled: object) -> None:
+    """The SDK takes ``"5"`` and ``5`` for one request when it cancels it, and then never answers it."""
+    into, inner, write, answers = _streams()
+    async with into, inner, write, answers:
+        reads = AnsweringReads(inner, write, collections.deque())
+        request = mcp_types.JSONRPCRequest(jsonrpc="2.0", id=sent, method="ping")
+        cancel = mcp_types.JSONRPCNotification(
+            jsonrpc="2.0", method="notifications/cancelled", params={"requestId": cancelled}
+        )
+        for message in (request, cancel):
+            await into.send(SessionMessage(message))
+        into.close()
+        await reads.receive()
+        await reads.receive()
+        with anyio.fail_after(5), pytest.raises(anyio.EndOfStream):
+            await reads.receive()
+
+
+async def test_a_cancel_naming_true_settles_no_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``true`` is no request id (the SDK ignores such a cancel): request 1 is still awaited."""
+    monkeypatch.setattr(_stdio_relay, "DRAIN_LIMIT", 0.3)
+    into, inner, write, answers = _streams()
+    async with into, inner, write, answers:
+        reads = AnsweringReads(inner, write, collections.deque())
+        notification = mcp_types.JSONRPCNotification(
+            jsonrpc="2.0", method="notifications/cancelled", params={"requestId": True}
+        )
+        for message in (_ping(1), SessionMessage(notification)):
+            await into.send(message)
+        into.close()
+        await reads.receive()
+        await reads.receive()
+        started = anyio.current_time()
+        with anyio.fail_after(5), pytest.raises(anyio.EndOfStream):
+            await reads.receive()
+        assert anyio.current_time() - started >= 0.3  # waited for request 1 until the limit

@@ -108,9 +108,10 @@ def _refusal_of_duplicate(text: str) -> Refusal:
         return dict(pairs)
 
     message = json.loads(text, object_pairs_hook=collect, parse_int=_bounded_int)
-    if isinstance(message, dict) and [key for key, _ in objects[-1]].count("id") > 1:  # the outer object is last
-        return REQUEST_INVALID, None
-    return refusal_answer(message)
+    answer = refusal_answer(message)
+    if answer is not None and isinstance(message, dict) and [key for key, _ in objects[-1]].count("id") > 1:
+        return REQUEST_INVALID, None  # which id? (the outer object is the last collected)
+    return answer
 
 
 class StdinLines:

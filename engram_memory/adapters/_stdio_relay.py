@@ -24,6 +24,7 @@ from typing import Any, Final, Protocol, Self
 
 import anyio
 import mcp.types as mcp_types
+from mcp.shared.dispatcher import as_request_id, coerce_request_id
 from mcp.shared.message import SessionMessage
 
 from engram_memory.adapters._stdin import PARSE_ERROR, Refusal
@@ -43,7 +44,11 @@ class _Stream(Protocol):
 
 
 class _InFlight:
-    """Ids of the requests read and not yet answered; an event set whenever there is none."""
+    """Ids of the requests read and not yet answered; an event set whenever there is none.
+
+    Ids are matched as the SDK matches them (``as_request_id``, ``coerce_request_id``): ``"5"``
+    and ``5`` are one request, and ``true`` is none.
+    """
 
     def __init__(self) -> None:
         self.ids: collections.Counter[int | str] = collections.Counter()
@@ -51,15 +56,17 @@ class _InFlight:
         self.idle.set()
 
     def add(self, ident: int | str) -> None:
-        self.ids[ident] += 1
+        self.ids[coerce_request_id(ident)] += 1
         if self.idle.is_set():
             self.idle = anyio.Event()
 
     def remove(self, ident: object) -> None:
-        if isinstance(ident, int | str) and self.ids[ident] > 0:
-            self.ids[ident] -= 1
-            if not self.ids[ident]:
-                del self.ids[ident]
+        request = as_request_id(ident)
+        key = None if request is None else coerce_request_id(request)
+        if key is not None and self.ids[key] > 0:
+            self.ids[key] -= 1
+            if not self.ids[key]:
+                del self.ids[key]
         if not self.ids:
             self.idle.set()
 

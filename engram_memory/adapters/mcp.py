@@ -266,7 +266,7 @@ async def serve_stdio(service: MemoryService, binding: HostBinding, *, name: str
     holds a key twice in one object, is refused before the SDK parses it. Such a line, and any
     other the SDK cannot parse, never reaches the service and is answered as JSON-RPC 2.0 says:
     ``-32700`` "Parse error" with ``id`` null when it is not JSON, ``-32600`` "Invalid Request"
-    with the request's id when it is (``id`` null when the id is missing, invalid or itself
+    with the request's id when it is (``id`` null when the id cannot be read, or is itself
     duplicated), and not at all when it is a notification or a response. Blank lines are
     skipped. At end of input, the requests already read are answered before the server stops
     (for at most :data:`~engram_memory.adapters._stdio_relay.DRAIN_LIMIT` seconds), unless the
