@@ -35,7 +35,7 @@ def _answer(ident: int) -> SessionMessage:
     return SessionMessage(mcp_types.JSONRPCResponse(jsonrpc="2.0", id=ident, result={}))
 
 
-def _cancelled(ident: int) -> SessionMessage:
+def _cancelled(ident: object) -> SessionMessage:
     notification = mcp_types.JSONRPCNotification(
         jsonrpc="2.0", method="notifications/cancelled", params={"requestId": ident}
     )
@@ -58,6 +58,17 @@ def _streams() -> Streams:
     into, inner = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     write, answers = anyio.create_memory_object_stream[SessionMessage](16)
     return into, inner, write, answers
+
+
+async def _passed_on(
+    into: MemoryObjectSendStream[SessionMessage | Exception], reads: AnsweringReads, messages: list[SessionMessage]
+) -> None:
+    """Send ``messages`` through ``reads`` and end the input; the relay has passed each on."""
+    for message in messages:
+        await into.send(message)
+    into.close()
+    for _ in messages:
+        await reads.receive()
 
 
 async def test_each_refused_line_gets_the_answer_queued_for_it_and_never_reaches_the_server(
@@ -149,11 +160,7 @@ async def test_a_request_the_client_cancelled_is_not_awaited_at_end_of_input() -
     into, inner, write, answers = _streams()
     async with into, inner, write, answers:
         reads = AnsweringReads(inner, write, collections.deque())
-        await into.send(_ping(4))
-        await into.send(_cancelled(4))
-        into.close()
-        await reads.receive()
-        await reads.receive()
+        await _passed_on(into, reads, [_ping(4), _cancelled(4)])
         with anyio.fail_after(5), pytest.raises(StopAsyncIteration):
             await reads.__anext__()
 
@@ -163,9 +170,7 @@ async def test_end_of_input_stops_waiting_after_the_drain_limit(monkeypatch: pyt
     into, inner, write, answers = _streams()
     async with into, inner, write, answers:
         reads = AnsweringReads(inner, write, collections.deque())
-        await into.send(_ping(8))  # never answered
-        into.close()
-        await reads.receive()
+        await _passed_on(into, reads, [_ping(8)])  # never answered
         started = anyio.current_time()
         with anyio.fail_after(5), pytest.raises(anyio.EndOfStream):
             await reads.receive()
@@ -203,15 +208,8 @@ async def test_a_cancelled_request_is_matched_by_id_as_the_sdk_matches_it(sent: 
     into, inner, write, answers = _streams()
     async with into, inner, write, answers:
         reads = AnsweringReads(inner, write, collections.deque())
-        request = mcp_types.JSONRPCRequest(jsonrpc="2.0", id=sent, method="ping")
-        cancel = mcp_types.JSONRPCNotification(
-            jsonrpc="2.0", method="notifications/cancelled", params={"requestId": cancelled}
-        )
-        for message in (request, cancel):
-            await into.send(SessionMessage(message))
-        into.close()
-        await reads.receive()
-        await reads.receive()
+        request = SessionMessage(mcp_types.JSONRPCRequest(jsonrpc="2.0", id=sent, method="ping"))
+        await _passed_on(into, reads, [request, _cancelled(cancelled)])
         with anyio.fail_after(5), pytest.raises(anyio.EndOfStream):
             await reads.receive()
 
@@ -222,14 +220,7 @@ async def test_a_cancel_naming_true_settles_no_request(monkeypatch: pytest.Monke
     into, inner, write, answers = _streams()
     async with into, inner, write, answers:
         reads = AnsweringReads(inner, write, collections.deque())
-        notification = mcp_types.JSONRPCNotification(
-            jsonrpc="2.0", method="notifications/cancelled", params={"requestId": True}
-        )
-        for message in (_ping(1), SessionMessage(notification)):
-            await into.send(message)
-        into.close()
-        await reads.receive()
-        await reads.receive()
+        await _passed_on(into, reads, [_ping(1), _cancelled(True)])  # noqa: FBT003 - a wire value, not a flag
         started = anyio.current_time()
         with anyio.fail_after(5), pytest.raises(anyio.EndOfStream):
             await reads.receive()

@@ -27,7 +27,7 @@ import mcp.types as mcp_types
 from mcp.shared.dispatcher import as_request_id, coerce_request_id
 from mcp.shared.message import SessionMessage
 
-from engram_memory.adapters._stdin import PARSE_ERROR, Refusal
+from engram_memory.adapters._stdin import PARSE_ERROR, REQUEST_INVALID, Refusal
 
 __all__ = ["DRAIN_LIMIT", "AnsweringReads", "TrackingWrites"]
 
@@ -35,7 +35,7 @@ _log = logging.getLogger("engram_memory.adapters.mcp")
 
 DRAIN_LIMIT: Final = 60.0
 """Seconds the server keeps answering after end of input, at most."""
-_MESSAGES: Final = {PARSE_ERROR: "Parse error", mcp_types.INVALID_REQUEST: "Invalid Request"}
+_MESSAGES: Final = {PARSE_ERROR: "Parse error", REQUEST_INVALID: "Invalid Request"}
 
 
 class _Stream(Protocol):
@@ -135,7 +135,7 @@ class AnsweringReads(_Wrapping):
             if refusal is not None:
                 _log.debug("stdio message refused: %s, answered %d", type(item).__name__, refusal[0])
                 code, ident = refusal
-                error = mcp_types.ErrorData(code=code, message=_MESSAGES.get(code, "Invalid Request"))
+                error = mcp_types.ErrorData(code=code, message=_MESSAGES[code])
                 await self._write.send(SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=ident, error=error)))
 
     def _note(self, message: object) -> None:

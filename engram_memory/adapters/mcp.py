@@ -52,7 +52,7 @@ import inspect
 import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from typing import Any, Final, TypeAlias, TypeVar, cast
 
 from engram_memory._version import __version__
@@ -228,9 +228,7 @@ def build_server(
     slots = _tenant_slots(max_calls_per_tenant)
 
     async def in_worker_thread(binding: HostBinding, call: Callable[[], _T]) -> _T:
-        if slots is None:
-            return await anyio.to_thread.run_sync(call)
-        async with slots.held(binding.tenant_id):
+        async with nullcontext() if slots is None else slots.held(binding.tenant_id):
             return await anyio.to_thread.run_sync(call)
 
     async def on_list_tools(
