@@ -24,6 +24,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
+from engram_memory.adapters._stdin import MAX_LINE_BYTES
 from engram_memory.cli import STDIO_TOOLS
 from engram_memory.wire.descriptors import tool_descriptors
 
@@ -281,6 +282,34 @@ def test_sigint_stops_a_server_whose_input_stays_open(tmp_path: Path) -> None:
     assert verified.returncode == 0, verified.stderr
 
 
+def test_sigint_stops_a_server_whose_client_does_not_read_its_answers(tmp_path: Path) -> None:
+    """A full stdout used to pin the SDK's writer thread, which no cancellation reaches: Ctrl-C hung."""
+    server = _RawServer(tmp_path / "memory.db")
+    try:
+        server.initialize()
+        assert server.process.stdin is not None
+        fd = server.process.stdin.fileno()
+        os.set_blocking(fd, False)
+        written, jammed_since = 0, None
+        deadline = time.monotonic() + TIMEOUT
+        while jammed_since is None or time.monotonic() - jammed_since < 1:  # its input full for a second
+            assert time.monotonic() < deadline, "the server never stopped reading"
+            try:  # one short line is written whole or not at all
+                os.write(fd, b'{"jsonrpc": "2.0", "id": %d, "method": "tools/list"}\n' % (1000 + written))
+            except BlockingIOError:
+                jammed_since = jammed_since or time.monotonic()
+                time.sleep(0.05)
+            else:
+                written, jammed_since = written + 1, None
+        os.kill(server.process.pid, signal.SIGINT)
+        assert server.process.wait(timeout=TIMEOUT) == 130
+        assert server.process.stderr is not None
+        assert server.process.stderr.read() == b"interrupted\n"
+    finally:
+        server.stop()
+    assert written > 100  # many answers were waiting to be read
+
+
 PARSE_ERROR = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
 INVALID_REQUEST = {"code": -32600, "message": "Invalid Request"}
 
@@ -366,3 +395,17 @@ def test_requests_read_before_end_of_input_are_answered(tmp_path: Path) -> None:
     assert by_id[71]["result"]["structuredContent"]["ok"] is True
     assert by_id[72]["result"] == {}
     assert by_id[None] == PARSE_ERROR
+
+
+def test_a_line_over_the_limit_is_answered_parse_error_and_the_server_goes_on(tmp_path: Path) -> None:
+    """Over 9 MiB, a line is dropped as it is read (never parsed, never held whole)."""
+    server = _RawServer(tmp_path / "memory.db")
+    try:
+        server.initialize()
+        line = _capture_line(capture_args("zqmarkzq"), 903)
+        server.send(line.replace(b"zqmarkzq", b"x" * MAX_LINE_BYTES))  # valid JSON, one line, too long
+        assert server.receive() == PARSE_ERROR
+        assert server.request("ping", {})["result"] == {}
+        assert _nothing_pending(tmp_path / "memory.db")
+    finally:
+        server.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ pytest.importorskip("mcp")
 import anyio
 import anyio.to_thread
 
+from engram_memory.adapters import _stdin as stdin_module
 from engram_memory.adapters._stdin import REFUSED_LINE, Refusal, StdinLines, _screened, refusal_answer
+from engram_memory.wire.converter import MAX_RAW_JSON_BYTES
 
 CONTENT = (
     b'{"jsonrpc": "2.0"}\nsecond line\n\xff not utf-8\n\n \t\r\n\xc3\xa9t\xc3\xa9\n'
@@ -160,3 +163,88 @@ def test_the_answer_to_a_parsed_value_follows_json_rpc() -> None:
     assert refusal_answer({"method": "m"}) is None  # a notification
     assert refusal_answer({"id": 1, "error": {}}) is None  # a response
     assert refusal_answer("text") == (-32600, None)
+
+
+class _Watched(StdinLines):
+    """Records how many bytes it holds each time it reads more."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(fd)
+        self.held: list[int] = []
+
+    async def _read(self) -> bytes:
+        self.held.append(len(self._buffer))
+        return await super()._read()
+
+
+def _feed(
+    data: bytes, *, limit: int, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[tuple[str, Refusal]], int]:
+    """The lines of ``data`` through a pipe fed by a thread, with a line limit; and the most bytes held."""
+    monkeypatch.setattr(stdin_module, "MAX_LINE_BYTES", limit)
+    monkeypatch.setattr(stdin_module, "_CHUNK", chunk)
+    read, write = os.pipe()
+    lines = _Watched(read)
+
+    async def feed_and_read() -> list[str]:
+        got: list[str] = []
+        async with anyio.create_task_group() as group:
+            group.start_soon(anyio.to_thread.run_sync, _write_all, write, data)
+            got.extend([line async for line in lines])
+        return got
+
+    try:
+        got = anyio.run(feed_and_read)
+    finally:
+        os.close(read)
+    return list(zip(got, lines.refusals, strict=True)), max(lines.held)
+
+
+def test_a_line_over_the_limit_is_refused_as_it_is_read_and_never_held_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    ping = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
+    at_limit = b'{"jsonrpc":"2.0","id":2,"method":"x","params":{"t":"' + b"a" * 45 + b'"}}'
+    assert len(at_limit) == 100
+    data = b"".join(
+        [
+            at_limit + b"\n",  # exactly the limit: handed on
+            at_limit + b"b\n",  # one byte over, inside one read
+            b'{"id": 3, "t": "' + b"c" * 200_000 + b'"}\n',  # over, across thousands of reads
+            ping + b"\n",
+            b"d" * 150,  # over, ended by EOF
+        ]
+    )
+    got, held = _feed(data, limit=100, chunk=64, monkeypatch=monkeypatch)
+    assert got == [
+        (at_limit.decode(), (-32600, 2)),
+        (REFUSED_LINE, (-32700, None)),
+        (REFUSED_LINE, (-32700, None)),
+        (ping.decode(), (-32600, 1)),
+        (REFUSED_LINE, (-32700, None)),
+    ]
+    assert held <= 100 + 64  # at most the limit and one read, never the 200 kB line
+
+
+def test_a_line_feed_read_past_the_limit_still_ends_an_over_long_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit holds when the one read that crosses it also brings the line feed."""
+    got, _ = _feed(b"e" * 90 + b"f" * 30 + b"\nok\n", limit=100, chunk=4096, monkeypatch=monkeypatch)
+    assert got == [(REFUSED_LINE, (-32700, None)), ("ok", (-32700, None))]
+
+
+def test_a_large_line_is_screened_in_a_worker_thread_and_refused_all_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    screened_in: list[str] = []
+    screen = stdin_module._screened
+
+    def recording(line: bytes) -> tuple[str, Refusal]:
+        screened_in.append(threading.current_thread().name)
+        return screen(line)
+
+    monkeypatch.setattr(stdin_module, "_screened", recording)
+    large = b'{"jsonrpc":"2.0","id":9,"method":"x","params":{"t":"' + b"g" * 70_000 + b'","t":1}}'
+    got, _ = _feed(large + b"\nsmall\n", limit=stdin_module.MAX_LINE_BYTES, chunk=1 << 16, monkeypatch=monkeypatch)
+    assert got == [(REFUSED_LINE, (-32600, 9)), ("small", (-32700, None))]
+    assert screened_in[0] != threading.main_thread().name  # the large one, off the event loop
+    assert screened_in[1] == threading.main_thread().name
+
+
+def test_the_line_limit_leaves_room_for_the_largest_argument_text_and_its_message() -> None:
+    assert stdin_module.MAX_LINE_BYTES == MAX_RAW_JSON_BYTES + 1_048_576 == 9 * 1_048_576

@@ -13,7 +13,13 @@ Each line is screened before the SDK parses it:
   key twice in one object, at any depth (the SDK's parser keeps the last value, where the core
   refuses duplicates), are handed on as :data:`REFUSED_LINE`, text that is not JSON, so the SDK
   cannot parse them;
+* a line longer than :data:`MAX_LINE_BYTES` is refused as it is read, never held whole (the
+  SDK would buffer it whole, however long): it is handed on as :data:`REFUSED_LINE`, answered
+  ``-32700`` with ``id`` null (its id is never read);
 * a blank line is skipped: it holds no message.
+
+A line is screened in a worker thread when it is longer than :data:`_SCREEN_IN_LOOP_BYTES`, so the
+event loop keeps serving while a large message is parsed.
 
 Any other line is handed on as read; whether it is a JSON-RPC message is the SDK's to decide.
 For every line handed on, :attr:`StdinLines.refusals` receives, in order, the JSON-RPC error that
@@ -30,10 +36,26 @@ from typing import Any, Final
 import anyio
 import anyio.to_thread
 
-__all__ = ["PARSE_ERROR", "REFUSED_LINE", "REQUEST_INVALID", "Refusal", "StdinLines", "refusal_answer"]
+from engram_memory.wire.converter import MAX_RAW_JSON_BYTES
+from engram_memory.wire.limits import MAX_ARGUMENT_BYTES
+
+__all__ = [
+    "MAX_LINE_BYTES",
+    "PARSE_ERROR",
+    "REFUSED_LINE",
+    "REQUEST_INVALID",
+    "Refusal",
+    "StdinLines",
+    "refusal_answer",
+]
 
 _CHUNK: Final = 1 << 16
-REFUSED_LINE: Final = "\x00 a line refused before parsing: not UTF-8, or a key twice in one object"
+MAX_LINE_BYTES: Final = MAX_RAW_JSON_BYTES + MAX_ARGUMENT_BYTES
+"""The longest line read (9 MiB, line feed excluded): the longest argument text the core parses,
+with a mebibyte for the JSON-RPC message around it."""
+_SCREEN_IN_LOOP_BYTES: Final = 1 << 16
+"""Lines up to this long are screened in the event loop; longer ones in a worker thread."""
+REFUSED_LINE: Final = "\x00 a line refused before parsing: not UTF-8, a key twice in one object, or too long"
 """What a refused line becomes: not JSON, so the SDK cannot parse it."""
 PARSE_ERROR: Final = -32700
 REQUEST_INVALID: Final = -32600
@@ -119,7 +141,8 @@ class StdinLines:
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._buffer = b""
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes at the start of the buffer known to hold no line feed
         self._eof = False
         self._pollable = True
         self.refusals: collections.deque[Refusal] = collections.deque()
@@ -130,17 +153,46 @@ class StdinLines:
 
     async def __anext__(self) -> str:
         while True:
-            while b"\n" not in self._buffer and not self._eof:
-                chunk = await self._read()
-                self._eof = not chunk
-                self._buffer += chunk
-            if not self._buffer:
-                raise StopAsyncIteration
-            line, _, self._buffer = self._buffer.partition(b"\n")
+            line = await self._next_line()
+            if line is None:  # over MAX_LINE_BYTES, and already dropped
+                self.refusals.append((PARSE_ERROR, None))
+                return REFUSED_LINE
             if line.strip():
-                text, refusal = _screened(line)
+                if len(line) > _SCREEN_IN_LOOP_BYTES:
+                    text, refusal = await anyio.to_thread.run_sync(_screened, line)
+                else:
+                    text, refusal = _screened(line)
                 self.refusals.append(refusal)
                 return text
+
+    async def _next_line(self) -> bytes | None:
+        """The next line without its line feed, or ``None`` for one over :data:`MAX_LINE_BYTES`.
+
+        An over-long line is dropped as it is read: at most one line's worth plus one read is held.
+
+        Raises:
+            StopAsyncIteration: at EOF, with no line left.
+        """
+        overlong = False
+        while True:
+            end = self._buffer.find(b"\n", self._scanned)
+            if end < 0 and self._eof:
+                if not self._buffer and not overlong:
+                    raise StopAsyncIteration
+                end = len(self._buffer)  # the last line has no line feed
+            if end >= 0:
+                overlong = overlong or end > MAX_LINE_BYTES
+                line = None if overlong else bytes(self._buffer[:end])
+                del self._buffer[: end + 1]
+                self._scanned = 0
+                return line
+            if len(self._buffer) > MAX_LINE_BYTES:
+                overlong = True
+                self._buffer.clear()
+            self._scanned = len(self._buffer)
+            chunk = await self._read()
+            self._eof = not chunk
+            self._buffer += chunk
 
     async def _read(self) -> bytes:
         """What ``fd`` holds now (``b""`` at EOF), waiting for it in the event loop when it can."""

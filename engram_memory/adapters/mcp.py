@@ -72,6 +72,7 @@ try:
 
     from engram_memory.adapters._stdin import StdinLines
     from engram_memory.adapters._stdio_relay import AnsweringReads
+    from engram_memory.adapters._stdout import claimed_stdout
 except ImportError as exc:  # the extra is not installed (or is another SDK version)
     _message = f"{__name__} needs {MCP_EXTRA} ({exc})"
     if isinstance(exc, ModuleNotFoundError):  # stays one, so pytest.importorskip still skips
@@ -259,11 +260,15 @@ def build_server(
 async def serve_stdio(service: MemoryService, binding: HostBinding, *, name: str = DEFAULT_SERVER_NAME) -> None:
     """Serve ``service`` over stdin/stdout for one fixed (single-tenant) ``binding`` until EOF.
 
-    Standard input is read in the event loop (:mod:`engram_memory.adapters._stdin`), so a
-    cancellation (Ctrl-C) ends the server at once. A line that is not valid UTF-8, or whose JSON
-    holds a key twice in one object, is refused before the SDK parses it. Such a line, and any
-    other the SDK cannot parse, never reaches the service and is answered as JSON-RPC 2.0 says:
-    ``-32700`` "Parse error" with ``id`` null when it is not JSON, ``-32600`` "Invalid Request"
+    Standard input is read and standard output written in the event loop
+    (:mod:`engram_memory.adapters._stdin`, :mod:`engram_memory.adapters._stdout`), so a
+    cancellation (Ctrl-C) ends the server at once, even while a client that stopped reading has
+    filled stdout. While serving, descriptor 1 points at stderr, so stray output misses the wire.
+    A line that is not valid UTF-8, whose JSON holds a key twice in one object, or that is over
+    :data:`~engram_memory.adapters._stdin.MAX_LINE_BYTES` (9 MiB; dropped as it is read) is
+    refused before the SDK parses it. Such a line, and any other the SDK cannot parse, never
+    reaches the service and is answered as JSON-RPC 2.0 says: ``-32700`` "Parse error" with
+    ``id`` null when it is not JSON (or too long to read), ``-32600`` "Invalid Request"
     with the request's id when it is (``id`` null when the id cannot be read, or is itself
     duplicated), and not at all when it is a notification or a response. Blank lines are
     skipped. At end of input, the requests already read are answered before the server stops
@@ -279,9 +284,11 @@ async def serve_stdio(service: MemoryService, binding: HostBinding, *, name: str
     lines = StdinLines(sys.stdin.fileno())
     stdin = cast("anyio.AsyncFile[str]", lines)  # iterated for lines only
     try:
-        async with stdio_server(stdin=stdin) as (read_stream, write_stream):
-            reads = AnsweringReads(read_stream, write_stream, lines.refusals)
-            await server.run(reads, reads.writes(write_stream), server.create_initialization_options())
+        with nullcontext(None) if sys.platform == "win32" else claimed_stdout() as writes:
+            stdout = cast("anyio.AsyncFile[str] | None", writes)  # written and flushed only
+            async with stdio_server(stdin=stdin, stdout=stdout) as (read_stream, write_stream):
+                reads = AnsweringReads(read_stream, write_stream, lines.refusals)
+                await server.run(reads, reads.writes(write_stream), server.create_initialization_options())
     except BaseExceptionGroup as group:
         # a line read while the server was shutting down meets its closed stream: not a failure
         _, rest = group.split((anyio.BrokenResourceError, anyio.ClosedResourceError))
