@@ -14,8 +14,10 @@ pytest.importorskip("mcp")
 import anyio
 import anyio.to_thread
 
+from engram_memory.adapters import _json_screen as screen_module
 from engram_memory.adapters import _stdin as stdin_module
-from engram_memory.adapters._stdin import REFUSED_LINE, Refusal, StdinLines, _screened, refusal_answer
+from engram_memory.adapters._json_screen import REFUSED_LINE, Refusal, refusal_answer, screened
+from engram_memory.adapters._stdin import StdinLines
 from engram_memory.wire.converter import MAX_RAW_JSON_BYTES
 
 CONTENT = (
@@ -152,8 +154,8 @@ def _write_all(fd: int, data: bytes) -> None:
 def test_a_line_is_screened_and_gets_the_answer_json_rpc_gives_it(
     line: bytes, text: str | None, refusal: Refusal
 ) -> None:
-    screened, answer = _screened(line)
-    assert screened == (line.decode() if text is None else text)
+    screened_line, answer = screened(line)
+    assert screened_line == (line.decode() if text is None else text)
     assert answer == refusal
 
 
@@ -232,13 +234,13 @@ def test_a_line_feed_read_past_the_limit_still_ends_an_over_long_line(monkeypatc
 
 def test_a_large_line_is_screened_in_a_worker_thread_and_refused_all_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     screened_in: list[str] = []
-    screen = stdin_module._screened
+    screen = screen_module.screened
 
     def recording(line: bytes) -> tuple[str, Refusal]:
         screened_in.append(threading.current_thread().name)
         return screen(line)
 
-    monkeypatch.setattr(stdin_module, "_screened", recording)
+    monkeypatch.setattr(screen_module, "screened", recording)
     large = b'{"jsonrpc":"2.0","id":9,"method":"x","params":{"t":"' + b"g" * 70_000 + b'","t":1}}'
     got, _ = _feed(large + b"\nsmall\n", limit=stdin_module.MAX_LINE_BYTES, chunk=1 << 16, monkeypatch=monkeypatch)
     assert got == [(REFUSED_LINE, (-32600, 9)), ("small", (-32700, None))]

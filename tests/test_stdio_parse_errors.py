@@ -14,7 +14,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 
 from engram_memory.adapters import _stdio_relay
-from engram_memory.adapters._stdin import Refusal
+from engram_memory.adapters._json_screen import Refusal
 from engram_memory.adapters._stdio_relay import AnsweringReads
 
 pytestmark = pytest.mark.anyio

@@ -27,7 +27,7 @@ import mcp.types as mcp_types
 from mcp.shared.dispatcher import as_request_id, coerce_request_id
 from mcp.shared.message import SessionMessage
 
-from engram_memory.adapters._stdin import PARSE_ERROR, REQUEST_INVALID, Refusal
+from engram_memory.adapters._json_screen import PARSE_ERROR, REQUEST_INVALID, Refusal
 
 __all__ = ["DRAIN_LIMIT", "AnsweringReads", "TrackingWrites"]
 

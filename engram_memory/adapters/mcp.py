@@ -12,10 +12,11 @@ It uses the SDK's low-level :class:`mcp.server.lowlevel.Server`, never the decor
 ``10`` and silently drops unknown keys, where the contract wants closed schemas, no coercion and
 ``INVALID_SCHEMA`` for an extra key. The low-level server advertises our ``inputSchema``
 without ever applying it, so the arguments reach :meth:`MemoryService.call_tool` as the SDK
-parsed them: no defaults, no coercion. One thing is lost before this module sees a message on a
-transport it does not read itself: the SDK's JSON parser keeps the last of duplicate keys, so a
-duplicated argument is not refused as ``INVALID_SCHEMA`` (it is where the core parses JSON
-itself, ``parse_json``). :func:`serve_stdio` reads its input itself and refuses such a message.
+parsed them: no defaults, no coercion. One thing would be lost before this module sees a
+message: the SDK's JSON parser keeps the last of duplicate keys, so a duplicated argument would
+not be refused (the core refuses it where it parses JSON itself, ``parse_json``).
+:func:`serve_stdio` reads its input itself and refuses such a message; over HTTP, wrap the SDK's
+app in :func:`screen_json_bodies`, which refuses it in each POSTed body.
 
 What crosses the wire:
 
@@ -70,6 +71,7 @@ try:
     from mcp.server.stdio import stdio_server
     from mcp.shared.exceptions import MCPError
 
+    from engram_memory.adapters._http_screen import ASGIApp, screen_json_bodies
     from engram_memory.adapters._stdin import StdinLines
     from engram_memory.adapters._stdio_relay import AnsweringReads
     from engram_memory.adapters._stdout import claimed_stdout
@@ -82,10 +84,12 @@ except ImportError as exc:  # the extra is not installed (or is another SDK vers
 __all__ = [
     "DEFAULT_CALLS_PER_TENANT",
     "DEFAULT_SERVER_NAME",
+    "ASGIApp",
     "BindingFor",
     "RequestContext",
     "build_server",
     "envelope_result",
+    "screen_json_bodies",
     "serve_stdio",
     "tool_from_descriptor",
 ]

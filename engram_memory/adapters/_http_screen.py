@@ -1,0 +1,131 @@
+"""An ASGI middleware that screens each POSTed JSON body before an MCP HTTP transport parses it.
+
+The SDK's Streamable HTTP transport parses a request body with a parser that keeps the last of
+duplicate keys, where the core refuses them: a duplicated argument was validated and used
+with its last value, while a proxy reading the first saw other arguments. :func:`screen_json_bodies`
+reads the body first, whole, and answers HTTP 400 with a JSON-RPC error for what the screen of
+:mod:`engram_memory.adapters._json_screen` refuses: ``-32600`` "Invalid Request" with the
+request's id for a key given twice in one object (``id`` null when the id cannot be read or is
+itself duplicated), ``-32700`` "Parse error" with ``id`` null for a body that is not UTF-8. A body
+over its limit is answered 413 without being read further. Everything else reaches the wrapped
+application unchanged, the body replayed as one message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+
+from engram_memory.adapters._json_screen import (
+    MAX_MESSAGE_BYTES,
+    PARSE_ERROR,
+    REFUSED_LINE,
+    REQUEST_INVALID,
+    screened_off_loop,
+)
+
+__all__ = ["ASGIApp", "screen_json_bodies"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+"""An ASGI 3 application (a Starlette app, such as the SDK's ``streamable_http_app()``)."""
+
+_MESSAGES: Final = {PARSE_ERROR: "Parse error", REQUEST_INVALID: "Invalid Request"}
+_TOO_LARGE: Final = b"Request body too large"
+
+
+def screen_json_bodies(app: ASGIApp, *, max_body_bytes: int = MAX_MESSAGE_BYTES) -> ASGIApp:
+    """``app`` behind the JSON screen: a POST body refused as the module docstring says never reaches it.
+
+    Args:
+        app: the ASGI application to protect (the SDK's ``server.streamable_http_app()``, or a
+            Starlette app mounting it).
+        max_body_bytes: the largest body read; a longer one (declared by ``Content-Length`` or
+            as it arrives) is answered 413 "Request body too large". The default, 9 MiB, is the
+            longest argument text the core parses with room for the message around it; the
+            SDK's own ``max_request_body_size`` (4 MiB by default) still applies behind it.
+
+    Every other request (not ``POST``, not HTTP: lifespan, websocket) reaches ``app`` untouched.
+    A client that disconnects while its body is read gets no answer and reaches nothing.
+
+    Raises:
+        TypeError: ``max_body_bytes`` is not an ``int``.
+        ValueError: ``max_body_bytes`` is below 1.
+    """
+    if type(max_body_bytes) is not int:
+        raise TypeError("max_body_bytes must be an int")
+    if max_body_bytes < 1:
+        raise ValueError("max_body_bytes must be at least 1")
+
+    async def screened_app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await app(scope, receive, send)
+            return
+        if _declared_length(scope) > max_body_bytes:
+            await _answer(send, 413, b"text/plain; charset=utf-8", _TOO_LARGE)
+            return
+        body = await _read_body(receive, max_body_bytes)
+        if body is None:  # the client left
+            return
+        if isinstance(body, _TooLarge):
+            await _answer(send, 413, b"text/plain; charset=utf-8", _TOO_LARGE)
+            return
+        text, refusal = await screened_off_loop(body)
+        if text == REFUSED_LINE:
+            code, ident = refusal or (REQUEST_INVALID, None)  # a notification or response: answered all the same
+            error = {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": _MESSAGES[code]}}
+            await _answer(send, 400, b"application/json", json.dumps(error).encode())
+            return
+        await app(scope, _replaying(body, receive), send)
+
+    return screened_app
+
+
+class _TooLarge:
+    """A body that grew past the limit as it arrived."""
+
+
+def _declared_length(scope: Scope) -> int:
+    """The ``Content-Length`` the request declares, or 0 when it declares none (or an unreadable one)."""
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | _TooLarge | None:
+    """The whole body, :class:`_TooLarge` once it passes ``limit``, or ``None`` if the client disconnects."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        body += message.get("body", b"")
+        if len(body) > limit:
+            return _TooLarge()
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """``receive`` with the body already read handed back first, as one message."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()  # what follows the body (a disconnect)
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+async def _answer(send: Send, status: int, content_type: bytes, content: bytes) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(content)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": content})
