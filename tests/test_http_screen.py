@@ -155,6 +155,7 @@ def test_a_body_that_passes_reaches_the_app_whole_in_one_message() -> None:
             b'{"jsonrpc": "2.0", "method": "notifications/x", "params": {"k": 1, "k": 1}}',
             {"id": None, "error": INVALID_REQUEST},
         ),
+        (b'{"jsonrpc": "2.0", "id": "\\ud800", "method": "ping"}', {"id": None, "error": INVALID_REQUEST}),
         (
             b'{"jsonrpc": "2.0", "id": 1, "method": "x", "params": {"t": "\xff"}}',
             {"id": None, "error": {"code": -32700, "message": "Parse error"}},

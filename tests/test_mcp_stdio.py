@@ -409,3 +409,18 @@ def test_a_line_over_the_limit_is_answered_parse_error_and_the_server_goes_on(tm
         assert _nothing_pending(tmp_path / "memory.db")
     finally:
         server.stop()
+
+
+def test_lines_that_stopped_the_server_are_answered_and_it_goes_on(tmp_path: Path) -> None:
+    """An id with a lone surrogate (the SDK could not write its answer) and a duplicate before deep nesting."""
+    server = _RawServer(tmp_path / "memory.db")
+    try:
+        server.initialize()
+        server.send(b'{"jsonrpc": "2.0", "id": "\\ud800", "method": "ping"}')
+        assert server.receive() == {"jsonrpc": "2.0", "id": None, "error": INVALID_REQUEST}
+        meta = b'{"a": [{"k": 1, "k": 2}, ' + b"[" * 5000 + b"]" * 5000 + b"]}"
+        server.send(b'{"jsonrpc": "2.0", "id": 7, "method": "ping", "params": {"_meta": ' + meta + b"}}")
+        assert server.receive() == {"jsonrpc": "2.0", "id": None, "error": INVALID_REQUEST}
+        assert server.request("ping", {})["result"] == {}
+    finally:
+        server.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,14 @@ def _write_all(fd: int, data: bytes) -> None:
         stream.write(data)
 
 
+DEEP_AFTER_DUPLICATE = (
+    b'{"jsonrpc":"2.0","id":7,"method":"ping","params":{"_meta":{"a":[{"k":1,"k":2},'
+    + b"[" * 5000
+    + b"]" * 5000
+    + b"]}}}"
+)
+
+
 @pytest.mark.parametrize(
     ("line", "text", "refusal"),
     [
@@ -149,6 +158,11 @@ def _write_all(fd: int, data: bytes) -> None:
         (b'{"id": 8}', None, (-32600, None)),  # neither a request nor a response
         (b"{", None, (-32700, None)),
         (b"\xff", REFUSED_LINE, (-32700, None)),
+        (b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}', REFUSED_LINE, (-32600, None)),  # unwritable id
+        (b'{"jsonrpc":"2.0","id":"\\ud800","method":"x","params":{"a":1,"a":2}}', REFUSED_LINE, (-32600, None)),
+        (b'{"jsonrpc":"2.0","id":"\\udfff","result":{}}', REFUSED_LINE, None),
+        (b'{"jsonrpc":"2.0","id":"\\ud83d\\ude00","method":"x"}', None, (-32600, "\U0001f600")),  # a pair is fine
+        (DEEP_AFTER_DUPLICATE, REFUSED_LINE, (-32600, None)),  # too deep to read its id once the duplicate is seen
     ],
 )
 def test_a_line_is_screened_and_gets_the_answer_json_rpc_gives_it(
@@ -250,3 +264,22 @@ def test_a_large_line_is_screened_in_a_worker_thread_and_refused_all_the_same(mo
 
 def test_the_line_limit_leaves_room_for_the_largest_argument_text_and_its_message() -> None:
     assert stdin_module.MAX_LINE_BYTES == MAX_RAW_JSON_BYTES + 1_048_576 == 9 * 1_048_576
+
+
+def test_a_cancelled_screen_in_a_worker_thread_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C during a long screen ends the reader at once; the thread finishes unobserved."""
+
+    screen = screen_module.screened
+
+    def slow(line: bytes) -> tuple[str, Refusal]:
+        time.sleep(1.5)
+        return screen(line)
+
+    async def cancel_soon() -> float:
+        started = time.monotonic()
+        with anyio.move_on_after(0.1):
+            await screen_module.screened_off_loop(b"[" + b" " * screen_module.SCREEN_IN_LOOP_BYTES + b"]")
+        return time.monotonic() - started
+
+    monkeypatch.setattr(screen_module, "screened", slow)
+    assert anyio.run(cancel_soon) < 1.0

@@ -14,9 +14,9 @@ pytest.importorskip("mcp")
 
 import anyio
 
-from engram_memory.adapters._stdout import StdoutWrites, _non_blocking
+from engram_memory.adapters._stdout import StdoutWrites, _reopened_pipe
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX descriptors")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux descriptors and /proc")
 
 MESSAGE = "".join(chr(0x20 + n % 0x2000) for n in range(300_000))  # multi-byte UTF-8, several pipefuls
 
@@ -28,20 +28,23 @@ def _read_all(fd: int, into: bytearray) -> None:
 
 def test_a_write_to_a_pipe_nobody_reads_is_cancellable_and_leaves_whole_bytes() -> None:
     read, write = os.pipe()
+    private = _reopened_pipe(write)
+    assert private is not None
     try:
-        with _non_blocking(write) as in_loop:
-            assert in_loop is True
-            assert os.get_blocking(write) is False
+        assert os.get_blocking(private) is False
+        assert os.get_blocking(write) is True  # the original open file keeps its mode
 
-            async def write_briefly() -> bool:
-                with anyio.move_on_after(0.3) as scope:
-                    await StdoutWrites(write, in_loop=True).write(MESSAGE)
-                return scope.cancelled_caught
+        async def write_briefly() -> bool:
+            with anyio.move_on_after(0.3) as scope:
+                await StdoutWrites(private, in_loop=True).write(MESSAGE)
+            return scope.cancelled_caught
 
-            assert anyio.run(write_briefly) is True  # the pipe filled; the write waited in the event loop
-        assert os.get_blocking(write) is True  # set back
+        assert anyio.run(write_briefly) is True  # the pipe filled; the write waited in the event loop
+    finally:
+        os.close(private)
         os.close(write)
-        written = bytearray()
+    written = bytearray()
+    try:
         _read_all(read, written)
     finally:
         os.close(read)
@@ -55,64 +58,109 @@ def test_a_pipe_that_is_read_gets_every_byte_in_order() -> None:
     received = bytearray()
     reader = threading.Thread(target=_read_all, args=(read, received))
     reader.start()
+    private = _reopened_pipe(write)
+    assert private is not None
 
     async def write_twice() -> None:
-        writes = StdoutWrites(write, in_loop=True)
+        writes = StdoutWrites(private, in_loop=True)
         await writes.write(MESSAGE)
         await writes.write("\n")
         await writes.flush()
 
     try:
-        with _non_blocking(write):
-            anyio.run(write_twice)
+        anyio.run(write_twice)
     finally:
+        os.close(private)
         os.close(write)
         reader.join()
         os.close(read)
     assert bytes(received) == MESSAGE.encode("utf-8") + b"\n"
 
 
-def test_a_regular_file_is_left_blocking_and_written_in_a_worker_thread(tmp_path: Path) -> None:
+def test_a_regular_file_is_not_reopened_and_is_written_in_a_worker_thread(tmp_path: Path) -> None:
     path = tmp_path / "answers.jsonl"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT)
     try:
-        with _non_blocking(fd) as in_loop:
-            assert in_loop is False
-            assert os.get_blocking(fd) is True
-            anyio.run(StdoutWrites(fd, in_loop=False).write, MESSAGE)
+        assert _reopened_pipe(fd) is None
+        anyio.run(StdoutWrites(fd, in_loop=False).write, MESSAGE)
     finally:
         os.close(fd)
     assert path.read_bytes() == MESSAGE.encode("utf-8")
 
 
-def test_a_write_the_descriptor_refuses_raises() -> None:
+def test_a_write_to_a_pipe_whose_reader_closed_raises() -> None:
     read, write = os.pipe()
+    private = _reopened_pipe(write)
+    assert private is not None
     os.close(read)
     try:
-        with _non_blocking(write), pytest.raises(BrokenPipeError):
-            anyio.run(StdoutWrites(write, in_loop=True).write, "{}\n")
+        with pytest.raises(BrokenPipeError):
+            anyio.run(StdoutWrites(write, in_loop=False).write, "{}\n")
+        with pytest.raises(BrokenPipeError):
+            anyio.run(StdoutWrites(private, in_loop=True).write, "{}\n")
     finally:
+        os.close(private)
         os.close(write)
 
 
 CLAIMING_SCRIPT = """
-import os, anyio
+import os, sys, anyio
 from engram_memory.adapters._stdout import claimed_stdout
 
+stdout = os.fstat(1)
 print("before", flush=True)
+if sys.argv[1] == "stderr-closed":
+    os.close(2)
 with claimed_stdout() as writes:
-    print("stray print")  # flushed to stderr at the latest on the way out
+    print("stray print", flush=True)
     os.write(1, b"stray write\\n")
-    assert not os.get_blocking(writes._fd)
+    assert os.get_blocking(1) and os.get_blocking(writes._fd) is not writes._in_loop
     anyio.run(writes.write, '{"jsonrpc": "2.0"}\\n')
-assert os.get_blocking(1)
-print("after")
+    if sys.argv[1] == "flush-fails":
+        class Broken:
+            def write(self, text): return len(text)
+            def flush(self): raise BrokenPipeError
+        sys.stdout = Broken()
+sys.stdout = sys.__stdout__
+assert (os.fstat(1).st_dev, os.fstat(1).st_ino) == (stdout.st_dev, stdout.st_ino)
+print("after", flush=True)
 """
 
 
-def test_while_claimed_descriptor_1_writes_to_stderr_and_the_protocol_to_its_duplicate() -> None:
+@pytest.mark.parametrize("case", ["plain", "flush-fails", "stderr-closed"])
+def test_while_claimed_descriptor_1_writes_to_stderr_and_the_protocol_to_its_own_copy(case: str) -> None:
     """What the SDK's transport did with descriptor 1: stray output misses the wire, and 1 is restored."""
-    ran = subprocess.run([sys.executable, "-c", CLAIMING_SCRIPT], capture_output=True, check=False, timeout=60)
+    ran = subprocess.run([sys.executable, "-c", CLAIMING_SCRIPT, case], capture_output=True, check=False, timeout=60)
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout == b'before\n{"jsonrpc": "2.0"}\nafter\n'
-    assert sorted(ran.stderr.splitlines()) == [b"stray print", b"stray write"]
+    assert ran.stdout == b'before\n{"jsonrpc": "2.0"}\nafter\n'  # the wire holds the protocol only
+    stray = [b"stray print", b"stray write"]
+    assert sorted(ran.stderr.splitlines()) == ([] if case == "stderr-closed" else stray)
+
+
+def test_stderr_sharing_the_pipe_keeps_its_blocking_writes() -> None:
+    """Non-blocking mode is the reopened file's only: 200 kB to a shared stderr arrive whole."""
+    script = """
+import os, sys, anyio
+from engram_memory.adapters._stdout import claimed_stdout
+
+with claimed_stdout() as writes:
+    assert writes._in_loop and os.get_blocking(2)
+    sys.stderr.write("x" * 200_000)
+    sys.stderr.flush()
+    anyio.run(writes.write, "done\\n")
+"""
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        assert process.stdout is not None
+        threading.Event().wait(1.0)  # the pipe fills before anyone reads it
+        output = process.stdout.read()
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+    assert output == b"x" * 200_000 + b"done\n"

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import anyio.to_thread
 
+from engram_memory.canonical import has_utf8_form
 from engram_memory.wire.converter import MAX_RAW_JSON_BYTES
 from engram_memory.wire.limits import MAX_ARGUMENT_BYTES
 
@@ -33,7 +34,7 @@ for the JSON-RPC message around it."""
 SCREEN_IN_LOOP_BYTES: Final = 1 << 16
 """Messages up to this long are screened in the event loop by :func:`screened_off_loop`; longer ones
 in a worker thread."""
-REFUSED_LINE: Final = "\x00 a line refused before parsing: not UTF-8, a key twice in one object, or too long"
+REFUSED_LINE: Final = "\x00 a message refused before parsing: not UTF-8, a key twice, an unwritable id, or too long"
 """What a refused line becomes: not JSON, so the SDK cannot parse it."""
 PARSE_ERROR: Final = -32700
 REQUEST_INVALID: Final = -32600
@@ -77,15 +78,26 @@ def refusal_answer(message: object) -> Refusal:
     if "method" in message:
         if "id" not in message:
             return None
-        valid = isinstance(ident, str) or (isinstance(ident, int) and not isinstance(ident, bool))
-        return REQUEST_INVALID, ident if valid else None
+        return REQUEST_INVALID, ident if _answerable_id(ident) else None
     if "id" in message and ("result" in message or "error" in message):
         return None
     return REQUEST_INVALID, None
 
 
+def _answerable_id(ident: object) -> bool:
+    """Whether an answer can carry ``ident``: an integer, or a string with a UTF-8 form (no lone surrogate)."""
+    if isinstance(ident, str):
+        return has_utf8_form(ident)
+    return isinstance(ident, int) and not isinstance(ident, bool)
+
+
 def screened(line: bytes) -> tuple[str, Refusal]:
-    """``line`` decoded (or :data:`REFUSED_LINE`), and the answer should the SDK refuse it."""
+    r"""``line`` decoded (or :data:`REFUSED_LINE`), and the answer should the SDK refuse it.
+
+    Refused: text that is not UTF-8, JSON holding a key twice in one object, and a message whose
+    ``id`` is a string with a lone surrogate (``"\ud800"``), which the SDK accepts but cannot
+    write back: its answer failed to serialise and the server stopped.
+    """
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
@@ -96,7 +108,10 @@ def screened(line: bytes) -> tuple[str, Refusal]:
         return REFUSED_LINE, _refusal_of_duplicate(text)
     except (ValueError, RecursionError):  # not JSON at all: the SDK refuses it on its own
         return text, (PARSE_ERROR, None)
-    return text, refusal_answer(message)
+    answer = refusal_answer(message)
+    if isinstance(message, dict) and isinstance(message.get("id"), str) and not _answerable_id(message["id"]):
+        return REFUSED_LINE, answer
+    return text, answer
 
 
 def _refusal_of_duplicate(text: str) -> Refusal:
@@ -107,7 +122,10 @@ def _refusal_of_duplicate(text: str) -> Refusal:
         objects.append(pairs)
         return dict(pairs)
 
-    message = json.loads(text, object_pairs_hook=collect, parse_int=_bounded_int)
+    try:
+        message = json.loads(text, object_pairs_hook=collect, parse_int=_bounded_int)
+    except RecursionError:  # nested too deeply past the duplicate, which stopped the first parse early
+        return REQUEST_INVALID, None
     answer = refusal_answer(message)
     if answer is not None and isinstance(message, dict) and [key for key, _ in objects[-1]].count("id") > 1:
         return REQUEST_INVALID, None  # which id? (the outer object is the last collected)
@@ -115,7 +133,11 @@ def _refusal_of_duplicate(text: str) -> Refusal:
 
 
 async def screened_off_loop(message: bytes) -> tuple[str, Refusal]:
-    """:func:`screened`, in a worker thread when ``message`` is over :data:`SCREEN_IN_LOOP_BYTES`."""
+    """:func:`screened`, in a worker thread when ``message`` is over :data:`SCREEN_IN_LOOP_BYTES`.
+
+    A cancellation does not wait for the thread: the caller is cancelled at once, and the thread's
+    parse runs to its end unobserved (seconds at most, for a pathological 9 MiB message).
+    """
     if len(message) > SCREEN_IN_LOOP_BYTES:
-        return await anyio.to_thread.run_sync(screened, message)
+        return await anyio.to_thread.run_sync(screened, message, abandon_on_cancel=True)
     return screened(message)

@@ -2,14 +2,18 @@
 
 The SDK's own stdout writer writes in a worker thread. When the client stops reading, the pipe
 fills, that thread blocks in ``write``, and no cancellation reaches it: Ctrl-C then waited
-forever for the write to return. Here a pipe or a socket is put in non-blocking mode while the
-server runs, and :class:`StdoutWrites` writes what it takes, waiting for room in the event loop
-(cancellable). Anything else (a regular file, as with ``> answers.jsonl``, or a terminal) is
-written in a worker thread, as the SDK does.
+forever for the write to return. When stdout is a pipe (as an MCP client starts its server), it
+is opened again here, as a new open file of the same pipe in non-blocking mode, and
+:class:`StdoutWrites` writes what it takes, waiting for room in the event loop (cancellable). The
+mode is the new open file's only: whatever shares the original (stderr redirected to the same
+pipe, a parent) keeps blocking writes. Anything else (a regular file, as with ``> answers.jsonl``,
+a terminal, a socket), or a pipe that cannot be opened again (no ``/proc``), is written in a
+worker thread, as the SDK does.
 
 :func:`claimed_stdout` also keeps what the SDK's transport does with descriptor 1 while it
-serves: the protocol goes to a private duplicate, and descriptor 1 points at standard error, so
-stray output (a ``print`` in a host's policy) misses the wire.
+serves: the protocol goes to a private duplicate, and descriptor 1 points at standard error (or
+the null device when there is none), so stray output (a ``print`` in a host's policy) misses the
+wire.
 """
 
 from __future__ import annotations
@@ -69,42 +73,68 @@ class StdoutWrites:
 
 @contextlib.contextmanager
 def claimed_stdout() -> Iterator[StdoutWrites]:
-    """The protocol's writer on a private duplicate of descriptor 1, which points at stderr meanwhile.
+    """The protocol's writer on a private copy of descriptor 1, which points at stderr meanwhile.
 
-    On the way out the duplicate's blocking mode and descriptor 1 are restored, and the duplicate
-    is closed (no thread can be writing to it then: a worker thread's write is waited for). Where
-    descriptor 1 cannot be diverted (no stderr), stray output reaches the wire, as with the SDK.
+    On the way out descriptor 1 is restored, even if flushing ``sys.stdout`` fails, and the copies
+    are closed (no thread can be writing to them then: a worker thread's write is waited for).
     POSIX only (``fcntl``).
     """
-    sys.stdout.flush()
+    with contextlib.suppress(OSError, ValueError):  # a closed or broken sys.stdout has nothing to flush
+        sys.stdout.flush()
     wire = fcntl.fcntl(_STDOUT, fcntl.F_DUPFD_CLOEXEC, _STDERR + 1)  # never 0-2, even if one is closed
     try:
-        with contextlib.suppress(OSError):  # no stderr to divert to
-            os.dup2(_STDERR, _STDOUT)
+        _divert_stdout()
         try:
-            with _non_blocking(wire) as in_loop:
-                yield StdoutWrites(wire, in_loop=in_loop)
+            with _writer(wire) as writes:
+                yield writes
         finally:
-            sys.stdout.flush()
-            os.dup2(wire, _STDOUT)
+            try:
+                with contextlib.suppress(OSError, ValueError):  # stray output that cannot be written
+                    sys.stdout.flush()
+            finally:
+                os.dup2(wire, _STDOUT)
     finally:
         os.close(wire)
 
 
-@contextlib.contextmanager
-def _non_blocking(fd: int) -> Iterator[bool]:
-    """``fd`` in non-blocking mode meanwhile if it is a pipe or a socket (``True``); else untouched (``False``).
-
-    The mode belongs to the open file, which ``fd`` shares with every duplicate of it, so it is
-    set back on the way out.
-    """
-    mode = os.fstat(fd).st_mode
-    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
-        yield False
-        return
-    blocking = os.get_blocking(fd)
-    os.set_blocking(fd, False)
+def _divert_stdout() -> None:
+    """Point descriptor 1 at stderr, or at the null device when stderr is closed."""
     try:
-        yield True
+        os.dup2(_STDERR, _STDOUT)
+    except OSError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, _STDOUT)
+        finally:
+            os.close(null)
+
+
+@contextlib.contextmanager
+def _writer(wire: int) -> Iterator[StdoutWrites]:
+    """Writes to ``wire``: from the event loop through a non-blocking reopening of a pipe, else in a thread."""
+    private = _reopened_pipe(wire)
+    if private is None:
+        yield StdoutWrites(wire, in_loop=False)
+        return
+    try:
+        yield StdoutWrites(private, in_loop=True)
     finally:
-        os.set_blocking(fd, blocking)
+        os.close(private)
+
+
+def _reopened_pipe(fd: int) -> int | None:
+    """A new non-blocking open file of the pipe ``fd`` writes to, or ``None`` (not a pipe, or not reopenable).
+
+    Opening ``/proc/self/fd/N`` of a pipe opens the pipe again (Linux); a non-blocking open for
+    writing never waits.
+    """
+    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+        return None
+    try:
+        private = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if os.path.sameopenfile(private, fd):
+        return private
+    os.close(private)  # pragma: no cover - a /proc that is not Linux's
+    return None
