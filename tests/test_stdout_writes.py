@@ -14,7 +14,7 @@ pytest.importorskip("mcp")
 
 import anyio
 
-from engram_memory.adapters._stdout import StdoutWrites, _reopened_pipe
+from engram_memory.adapters._stdout import StdoutWrites, _reopened_pipe, claimed_stdout
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux descriptors and /proc")
 
@@ -164,3 +164,58 @@ with claimed_stdout() as writes:
         if process.stdout is not None:
             process.stdout.close()
     assert output == b"x" * 200_000 + b"done\n"
+
+
+def test_in_process_a_claim_of_a_file_writes_in_a_thread_and_restores_descriptor_1(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Under pytest descriptor 1 is a capture file: written in a worker thread, stray output to stderr."""
+    before = os.fstat(1)
+    with claimed_stdout() as writes:
+        assert writes._in_loop is False
+        os.write(1, b"stray write\n")
+        anyio.run(writes.write, '{"jsonrpc": "2.0"}\n')
+    assert (os.fstat(1).st_dev, os.fstat(1).st_ino) == (before.st_dev, before.st_ino)
+    out, err = capfd.readouterr()
+    assert out == '{"jsonrpc": "2.0"}\n'
+    assert err == "stray write\n"
+
+
+def test_in_process_a_claim_of_a_pipe_writes_from_the_event_loop_and_closes_its_copies() -> None:
+    saved = os.dup(1)
+    read, write = os.pipe()
+    fds_before = set(Path("/proc/self/fd").iterdir())
+    try:
+        os.dup2(write, 1)
+        with claimed_stdout() as writes:
+            assert writes._in_loop is True
+            assert os.get_blocking(write) is True
+            anyio.run(writes.write, "wire\n")
+        assert os.path.sameopenfile(1, write)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(write)
+    try:
+        assert os.read(read, 100) == b"wire\n"
+    finally:
+        os.close(read)
+    assert set(Path("/proc/self/fd").iterdir()) <= fds_before  # no copy left open
+
+
+def test_without_stderr_descriptor_1_points_at_the_null_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    dup2 = os.dup2
+    seen: list[bool] = []
+
+    def no_stderr(fd: int, fd2: int, inheritable: bool = True) -> int:
+        if (fd, fd2) == (2, 1):
+            raise OSError(9, "Bad file descriptor")
+        result = dup2(fd, fd2, inheritable)
+        if fd2 == 1:
+            seen.append(os.path.samestat(os.fstat(1), Path(os.devnull).stat()))
+        return result
+
+    monkeypatch.setattr(os, "dup2", no_stderr)
+    with claimed_stdout():
+        pass
+    assert seen == [True, False]  # diverted to the null device, then restored
