@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -14,7 +16,7 @@ pytest.importorskip("mcp")
 
 import anyio
 
-from engram_memory.adapters._stdout import StdoutWrites, _reopened_pipe, claimed_stdout
+from engram_memory.adapters._stdout import StdoutWrites, _reopened_pipe, _writer, claimed_stdout
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux descriptors and /proc")
 
@@ -77,15 +79,41 @@ def test_a_pipe_that_is_read_gets_every_byte_in_order() -> None:
     assert bytes(received) == MESSAGE.encode("utf-8") + b"\n"
 
 
-def test_a_regular_file_is_not_reopened_and_is_written_in_a_worker_thread(tmp_path: Path) -> None:
+def test_a_regular_file_is_written_in_a_worker_thread(tmp_path: Path) -> None:
     path = tmp_path / "answers.jsonl"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT)
     try:
-        assert _reopened_pipe(fd) is None
-        anyio.run(StdoutWrites(fd, in_loop=False).write, MESSAGE)
+        with _writer(fd) as writes:
+            assert writes._in_loop is False
+            anyio.run(writes.write, MESSAGE)
     finally:
         os.close(fd)
     assert path.read_bytes() == MESSAGE.encode("utf-8")
+
+
+def test_a_socket_nobody_reads_is_written_from_the_event_loop_its_mode_untouched() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        with _writer(ours.fileno()) as writes:
+            assert writes._in_loop is True
+
+            async def write_briefly() -> bool:
+                with anyio.move_on_after(0.3) as scope:
+                    await writes.write(MESSAGE * 20)  # more than the socket buffers hold
+                return scope.cancelled_caught
+
+            assert anyio.run(write_briefly) is True
+            assert ours.getblocking() is True
+        theirs.settimeout(0)
+        received = bytearray()
+        with contextlib.suppress(BlockingIOError):
+            while chunk := theirs.recv(1 << 16):
+                received += chunk
+    finally:
+        ours.close()
+        theirs.close()
+    assert 0 < len(received) < len(MESSAGE.encode("utf-8")) * 20
+    assert (MESSAGE * 20).encode("utf-8").startswith(received)
 
 
 def test_a_write_to_a_pipe_whose_reader_closed_raises() -> None:

@@ -6,9 +6,10 @@ forever for the write to return. When stdout is a pipe (as an MCP client starts 
 is opened again here, as a new open file of the same pipe in non-blocking mode, and
 :class:`StdoutWrites` writes what it takes, waiting for room in the event loop (cancellable). The
 mode is the new open file's only: whatever shares the original (stderr redirected to the same
-pipe, a parent) keeps blocking writes. Anything else (a regular file, as with ``> answers.jsonl``,
-a terminal, a socket), or a pipe that cannot be opened again (no ``/proc``), is written in a
-worker thread, as the SDK does.
+pipe, a parent) keeps blocking writes. A socket is written the same way with non-blocking sends
+(``MSG_DONTWAIT``), its mode untouched. Anything else (a regular file, as with
+``> answers.jsonl``, a terminal), or a pipe that cannot be opened again (no ``/proc``), is
+written in a worker thread, as the SDK does.
 
 :func:`claimed_stdout` also keeps what the SDK's transport does with descriptor 1 while it
 serves: the protocol goes to a private duplicate, and descriptor 1 points at standard error (or
@@ -19,10 +20,12 @@ wire.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import socket
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import anyio
 import anyio.to_thread
@@ -39,13 +42,15 @@ _STDERR = 2
 class StdoutWrites:
     """The SDK's ``stdout`` (``write`` and ``flush`` of text): UTF-8 bytes written to ``fd`` as it takes them.
 
-    ``in_loop``: ``fd`` is in non-blocking mode and is written from the event loop; otherwise each
-    write runs in a worker thread.
+    ``in_loop``: each write is made from the event loop with ``write_now``, which never blocks
+    (``fd`` in non-blocking mode, or a socket's ``MSG_DONTWAIT`` send) and raises
+    :class:`BlockingIOError` when ``fd`` is full; otherwise each write runs in a worker thread.
     """
 
-    def __init__(self, fd: int, *, in_loop: bool) -> None:
+    def __init__(self, fd: int, *, in_loop: bool, write_now: Callable[[memoryview], int] | None = None) -> None:
         self._fd = fd
         self._in_loop = in_loop
+        self._write_now = write_now or functools.partial(os.write, fd)
 
     async def write(self, text: str) -> None:
         """Write all of ``text`` (UTF-8); cancellable while the descriptor is full (``in_loop``).
@@ -66,7 +71,7 @@ class StdoutWrites:
             return await anyio.to_thread.run_sync(os.write, self._fd, data)
         while True:
             try:
-                return os.write(self._fd, data)
+                return self._write_now(data)
             except BlockingIOError:
                 await anyio.wait_writable(self._fd)
 
@@ -111,8 +116,13 @@ def _divert_stdout() -> None:
 
 @contextlib.contextmanager
 def _writer(wire: int) -> Iterator[StdoutWrites]:
-    """Writes to ``wire``: from the event loop through a non-blocking reopening of a pipe, else in a thread."""
-    private = _reopened_pipe(wire)
+    """Writes to ``wire`` from the event loop (a pipe reopened non-blocking, a socket), else in a thread."""
+    mode = os.fstat(wire).st_mode
+    if stat.S_ISSOCK(mode):
+        with socket.socket(fileno=os.dup(wire)) as sock:
+            yield StdoutWrites(wire, in_loop=True, write_now=lambda data: sock.send(data, socket.MSG_DONTWAIT))
+        return
+    private = _reopened_pipe(wire) if stat.S_ISFIFO(mode) else None
     if private is None:
         yield StdoutWrites(wire, in_loop=False)
         return
@@ -123,13 +133,11 @@ def _writer(wire: int) -> Iterator[StdoutWrites]:
 
 
 def _reopened_pipe(fd: int) -> int | None:
-    """A new non-blocking open file of the pipe ``fd`` writes to, or ``None`` (not a pipe, or not reopenable).
+    """A new non-blocking open file of the pipe ``fd`` writes to, or ``None`` when it cannot be opened again.
 
     Opening ``/proc/self/fd/N`` of a pipe opens the pipe again (Linux); a non-blocking open for
     writing never waits.
     """
-    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-        return None
     try:
         private = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:

@@ -267,7 +267,7 @@ async def serve_stdio(service: MemoryService, binding: HostBinding, *, name: str
     Standard input is read and standard output written in the event loop
     (:mod:`engram_memory.adapters._stdin`, :mod:`engram_memory.adapters._stdout`), so a
     cancellation (Ctrl-C) ends the server at once, even while a client that stopped reading has
-    filled a stdout pipe. While serving, descriptor 1 points at stderr, so stray output misses the
+    filled a stdout pipe or socket. While serving, descriptor 1 points at stderr, so stray output misses the
     wire. The SDK parses each line it is handed in the event loop: a line built to be slow (up to
     9 MiB) holds the server, Ctrl-C included, for as long as that takes.
     A line that is not valid UTF-8, whose JSON holds a key twice in one object, or that is over
