@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -11,9 +13,12 @@ import pytest
 pytest.importorskip("mcp")
 
 import anyio
+from mcp.server.streamable_http_manager import DEFAULT_MAX_REQUEST_BODY_SIZE
 from starlette.testclient import TestClient
 
 from engram_memory import DefaultPolicy, HostBinding, MemoryAdmin, MemoryService, connect
+from engram_memory.adapters import _json_screen as screen_module
+from engram_memory.adapters._http_screen import SCREENS_AT_ONCE
 from engram_memory.adapters.mcp import ASGIApp, build_server, screen_json_bodies
 from tests.test_mcp_stdio import capture_args
 
@@ -33,6 +38,7 @@ HEADERS = {
     "mcp-protocol-version": "2025-06-18",
 }
 INVALID_REQUEST = {"code": -32600, "message": "Invalid Request"}
+PARSE = {"code": -32700, "message": "Parse error"}
 
 
 def _capture(ident: int, key: str, text: str, *, also: str | None = None) -> bytes:
@@ -88,6 +94,54 @@ def test_without_the_screen_the_sdk_serves_the_last_of_two_keys(service: MemoryS
     assert answer.status_code == 200
     assert answer.json()["result"]["structuredContent"]["ok"] is True, answer.text
     assert _pending_texts(service) == ["Beta zqtwo."]
+
+
+MODERN = "2026-07-28"
+MODERN_HEADERS = {
+    **HEADERS,
+    "mcp-protocol-version": MODERN,
+    "mcp-method": "tools/call",
+    "mcp-name": "engram_memory_capture",
+}
+
+
+def _modern_capture(ident: int, key: str, text: str, also: str) -> str:
+    """A capture on the SDK's newer request path (its protocol version in the header and ``_meta``), ``text`` twice."""
+    line = json.loads(_capture(ident, key, text))
+    line["params"]["_meta"] = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    member = json.dumps({"text": text})[1:-1]
+    return json.dumps(line).replace(member, member + ", " + json.dumps({"text": also})[1:-1])
+
+
+ENCODINGS: dict[str, Callable[[str], bytes]] = {
+    "utf-8 with a byte order mark": lambda text: b"\xef\xbb\xbf" + text.encode(),
+    "utf-16-le": lambda text: text.encode("utf-16-le"),
+    "utf-16-be": lambda text: text.encode("utf-16-be"),
+}
+
+
+def test_on_the_newer_request_path_a_body_the_screen_cannot_read_is_refused(service: MemoryService) -> None:
+    """That path parses bytes with ``json.loads``, which takes a byte order mark or UTF-16: the screen fails closed."""
+    with _client(service, screened=False) as client:  # the gap: the SDK reads them and keeps the last key
+        for n, (name, encode) in enumerate(ENCODINGS.items()):
+            body = encode(_modern_capture(10 + n, f"modern-capture-key-000{n}", "Alpha zqone.", f"Beta {name}."))
+            assert client.post("/mcp", content=body, headers=MODERN_HEADERS).status_code == 200
+    assert _pending_texts(service) == [f"Beta {name}." for name in ENCODINGS]
+    with _client(service, screened=True) as client:
+        for n, encode in enumerate(ENCODINGS.values()):
+            body = encode(_modern_capture(20 + n, f"modern-capture-key-002{n}", "Gamma zqthree.", "Delta zqfour."))
+            refused = client.post("/mcp", content=body, headers=MODERN_HEADERS)
+            assert (refused.status_code, refused.json()) == (
+                400,
+                {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}},
+            )
+        plain = _modern_capture(30, "modern-capture-key-0030", "Gamma zqthree.", "Delta zqfour.").encode()
+        refused = client.post("/mcp", content=plain, headers=MODERN_HEADERS)
+        assert (refused.status_code, refused.json()["id"]) == (400, 30)
+    assert len(_pending_texts(service)) == len(ENCODINGS)  # nothing more was captured
 
 
 class _Recorder:
@@ -156,6 +210,8 @@ def test_a_body_that_passes_reaches_the_app_whole_in_one_message() -> None:
             {"id": None, "error": INVALID_REQUEST},
         ),
         (b'{"jsonrpc": "2.0", "id": "\\ud800", "method": "ping"}', {"id": None, "error": INVALID_REQUEST}),
+        (b'{"jsonrpc": "2.0", "id": 5, "method": "x", "params": {"k": 1, "k": 2}} x', {"id": None, "error": PARSE}),
+        (b"\xef\xbb\xbf" + b'{"jsonrpc": "2.0", "id": 6, "method": "ping"}', {"id": None, "error": PARSE}),
         (
             b'{"jsonrpc": "2.0", "id": 1, "method": "x", "params": {"t": "\xff"}}',
             {"id": None, "error": {"code": -32700, "message": "Parse error"}},
@@ -227,3 +283,41 @@ def test_the_limit_must_be_a_positive_int() -> None:
         screen_json_bodies(app, max_body_bytes=True)
     with pytest.raises(ValueError, match="max_body_bytes must be at least 1"):
         screen_json_bodies(app, max_body_bytes=0)
+
+
+def test_large_bodies_are_screened_two_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flood of large bodies holds at most SCREENS_AT_ONCE worker threads in the screen, per wrapped app."""
+    screen = screen_module.screened
+    running, peak = 0, 0
+    lock = threading.Lock()
+
+    def counted(message: bytes) -> tuple[str, Any]:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.1)
+        with lock:
+            running -= 1
+        return screen(message)
+
+    monkeypatch.setattr(screen_module, "screened", counted)
+    body = b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"t": "' + b"x" * 70_000 + b'"}}'
+    recorders = [_Recorder(*_chunks(body, 1 << 16)) for _ in range(6)]
+    screened: Any = screen_json_bodies(recorders[0].app)
+
+    async def flood() -> None:
+        async with anyio.create_task_group() as group:
+            for recorder in recorders:
+                group.start_soon(screened, _post(), recorder.receive, recorder.send)
+
+    anyio.run(flood)
+    assert peak == SCREENS_AT_ONCE == 2
+    assert len(recorders[0].calls) == 6  # every body passed, in turn
+
+
+def test_the_default_limit_is_the_sdks_own() -> None:
+    declared = _Recorder()
+    declared.run(_post((b"content-length", str(DEFAULT_MAX_REQUEST_BODY_SIZE + 1).encode())))
+    assert declared.answer() == (413, b"Request body too large")
+    assert DEFAULT_MAX_REQUEST_BODY_SIZE == 4 * 1_048_576

@@ -207,12 +207,12 @@ PENDING = (sys.executable, "-m", "engram_memory", "pending")
 class _RawServer:
     """``serve-mcp`` driven line by line over pipes (no SDK client), to reach what a client cannot send."""
 
-    def __init__(self, db: Path) -> None:
+    def __init__(self, db: Path, *, stderr: int = subprocess.PIPE) -> None:
         self.process = subprocess.Popen(  # our own console command
             server_command(db),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=stderr,
             start_new_session=True,
         )
         self.next_id = 1
@@ -282,25 +282,31 @@ def test_sigint_stops_a_server_whose_input_stays_open(tmp_path: Path) -> None:
     assert verified.returncode == 0, verified.stderr
 
 
+def _jam(server: _RawServer) -> int:
+    """Send ``tools/list`` requests, reading no answer, until the server stops reading: how many were sent."""
+    assert server.process.stdin is not None
+    fd = server.process.stdin.fileno()
+    os.set_blocking(fd, False)
+    written, jammed_since = 0, None
+    deadline = time.monotonic() + TIMEOUT
+    while jammed_since is None or time.monotonic() - jammed_since < 1:  # its input full for a second
+        assert time.monotonic() < deadline, "the server never stopped reading"
+        try:  # one short line is written whole or not at all
+            os.write(fd, b'{"jsonrpc": "2.0", "id": %d, "method": "tools/list"}\n' % (1000 + written))
+        except BlockingIOError:
+            jammed_since = jammed_since or time.monotonic()
+            time.sleep(0.05)
+        else:
+            written, jammed_since = written + 1, None
+    return written
+
+
 def test_sigint_stops_a_server_whose_client_does_not_read_its_answers(tmp_path: Path) -> None:
     """A full stdout used to pin the SDK's writer thread, which no cancellation reaches: Ctrl-C hung."""
     server = _RawServer(tmp_path / "memory.db")
     try:
         server.initialize()
-        assert server.process.stdin is not None
-        fd = server.process.stdin.fileno()
-        os.set_blocking(fd, False)
-        written, jammed_since = 0, None
-        deadline = time.monotonic() + TIMEOUT
-        while jammed_since is None or time.monotonic() - jammed_since < 1:  # its input full for a second
-            assert time.monotonic() < deadline, "the server never stopped reading"
-            try:  # one short line is written whole or not at all
-                os.write(fd, b'{"jsonrpc": "2.0", "id": %d, "method": "tools/list"}\n' % (1000 + written))
-            except BlockingIOError:
-                jammed_since = jammed_since or time.monotonic()
-                time.sleep(0.05)
-            else:
-                written, jammed_since = written + 1, None
+        written = _jam(server)
         os.kill(server.process.pid, signal.SIGINT)
         assert server.process.wait(timeout=TIMEOUT) == 130
         assert server.process.stderr is not None
@@ -308,6 +314,18 @@ def test_sigint_stops_a_server_whose_client_does_not_read_its_answers(tmp_path: 
     finally:
         server.stop()
     assert written > 100  # many answers were waiting to be read
+
+
+def test_sigint_stops_a_server_whose_stderr_shares_the_full_pipe(tmp_path: Path) -> None:
+    """``2>&1``: the ``interrupted`` line is dropped rather than waited for."""
+    server = _RawServer(tmp_path / "memory.db", stderr=subprocess.STDOUT)
+    try:
+        server.initialize()
+        _jam(server)
+        os.kill(server.process.pid, signal.SIGINT)
+        assert server.process.wait(timeout=TIMEOUT) == 130
+    finally:
+        server.stop()
 
 
 PARSE_ERROR = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
@@ -412,7 +430,7 @@ def test_a_line_over_the_limit_is_answered_parse_error_and_the_server_goes_on(tm
 
 
 def test_lines_that_stopped_the_server_are_answered_and_it_goes_on(tmp_path: Path) -> None:
-    """An id with a lone surrogate (the SDK could not write its answer) and a duplicate before deep nesting."""
+    """An id with a lone surrogate (the SDK could not write its answer), a duplicate before deep nesting or bad JSON."""
     server = _RawServer(tmp_path / "memory.db")
     try:
         server.initialize()
@@ -421,6 +439,8 @@ def test_lines_that_stopped_the_server_are_answered_and_it_goes_on(tmp_path: Pat
         meta = b'{"a": [{"k": 1, "k": 2}, ' + b"[" * 5000 + b"]" * 5000 + b"]}"
         server.send(b'{"jsonrpc": "2.0", "id": 7, "method": "ping", "params": {"_meta": ' + meta + b"}}")
         assert server.receive() == {"jsonrpc": "2.0", "id": None, "error": INVALID_REQUEST}
+        server.send(b'{"jsonrpc": "2.0", "id": 8, "method": "ping", "params": {"k": 1, "k": 2}} x')  # not JSON
+        assert server.receive() == PARSE_ERROR
         assert server.request("ping", {})["result"] == {}
     finally:
         server.stop()

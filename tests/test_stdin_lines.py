@@ -27,12 +27,12 @@ CONTENT = (
 )
 EXPECTED = [
     '{"jsonrpc": "2.0"}',
-    "second line",
+    REFUSED_LINE,  # not JSON
     REFUSED_LINE,  # not UTF-8
-    "\u00e9t\u00e9",  # the blank lines before it are skipped
+    REFUSED_LINE,  # not JSON; the blank lines before it are skipped
     REFUSED_LINE,  # "b" twice in a nested object (once escaped)
     '[{"k": 1, "K": 2}, {"k": 3}]',  # the same key in two objects is no duplicate
-    "no final newline",
+    REFUSED_LINE,  # not JSON either, and no final newline
 ]
 
 
@@ -105,23 +105,21 @@ def test_the_refused_line_is_text_no_json_parser_accepts() -> None:
         json.loads(REFUSED_LINE)
 
 
-def test_a_line_whose_json_is_too_deep_for_the_screen_is_handed_on() -> None:
-    """The screen refuses duplicates only: what it cannot parse is the SDK's to refuse."""
+def test_a_line_whose_json_is_too_deep_for_the_screen_is_refused() -> None:
+    """The screen fails closed: what it cannot parse never reaches the SDK's parser."""
     deep = b"[" * 100_000 + b"]" * 100_000
     read, write = os.pipe()
 
-    async def first_line() -> str:
-        return await StdinLines(read).__anext__()
-
-    async def feed_and_read() -> list[str]:
+    async def feed_and_read() -> list[tuple[str, Refusal]]:
+        lines = StdinLines(read)
         got: list[str] = []
         async with anyio.create_task_group() as group:
             group.start_soon(anyio.to_thread.run_sync, _write_all, write, deep + b"\n")
-            got.append(await first_line())
-        return got
+            got.append(await lines.__anext__())
+        return list(zip(got, lines.refusals, strict=True))
 
     try:
-        assert anyio.run(feed_and_read) == [deep.decode()]
+        assert anyio.run(feed_and_read) == [(REFUSED_LINE, (-32700, None))]
     finally:
         os.close(read)
 
@@ -156,7 +154,10 @@ DEEP_AFTER_DUPLICATE = (
         (b'{"jsonrpc":"2.0","id":null,"method":"x"}', None, (-32600, None)),
         (b"[1, 2]", None, (-32600, None)),
         (b'{"id": 8}', None, (-32600, None)),  # neither a request nor a response
-        (b"{", None, (-32700, None)),
+        (b"{", REFUSED_LINE, (-32700, None)),
+        (b"\xef\xbb\xbf" + b'{"jsonrpc":"2.0","id":1,"method":"x"}', REFUSED_LINE, (-32700, None)),  # a BOM
+        (b'{"jsonrpc":"2.0","id":5,"method":"x","params":{"k":1,"k":2},', REFUSED_LINE, (-32700, None)),
+        (b'{"jsonrpc":"2.0","id":5,"method":"x","params":{"k":1,"k":2}} x', REFUSED_LINE, (-32700, None)),
         (b"\xff", REFUSED_LINE, (-32700, None)),
         (b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}', REFUSED_LINE, (-32600, None)),  # unwritable id
         (b'{"jsonrpc":"2.0","id":"\\ud800","method":"x","params":{"a":1,"a":2}}', REFUSED_LINE, (-32600, None)),
@@ -242,8 +243,8 @@ def test_a_line_over_the_limit_is_refused_as_it_is_read_and_never_held_whole(mon
 
 def test_a_line_feed_read_past_the_limit_still_ends_an_over_long_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """The limit holds when the one read that crosses it also brings the line feed."""
-    got, _ = _feed(b"e" * 90 + b"f" * 30 + b"\nok\n", limit=100, chunk=4096, monkeypatch=monkeypatch)
-    assert got == [(REFUSED_LINE, (-32700, None)), ("ok", (-32700, None))]
+    got, _ = _feed(b"e" * 90 + b"f" * 30 + b'\n"ok"\n', limit=100, chunk=4096, monkeypatch=monkeypatch)
+    assert got == [(REFUSED_LINE, (-32700, None)), ('"ok"', (-32600, None))]
 
 
 def test_a_large_line_is_screened_in_a_worker_thread_and_refused_all_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -256,8 +257,8 @@ def test_a_large_line_is_screened_in_a_worker_thread_and_refused_all_the_same(mo
 
     monkeypatch.setattr(screen_module, "screened", recording)
     large = b'{"jsonrpc":"2.0","id":9,"method":"x","params":{"t":"' + b"g" * 70_000 + b'","t":1}}'
-    got, _ = _feed(large + b"\nsmall\n", limit=stdin_module.MAX_LINE_BYTES, chunk=1 << 16, monkeypatch=monkeypatch)
-    assert got == [(REFUSED_LINE, (-32600, 9)), ("small", (-32700, None))]
+    got, _ = _feed(large + b"\n[]\n", limit=stdin_module.MAX_LINE_BYTES, chunk=1 << 16, monkeypatch=monkeypatch)
+    assert got == [(REFUSED_LINE, (-32600, 9)), ("[]", (-32600, None))]
     assert screened_in[0] != threading.main_thread().name  # the large one, off the event loop
     assert screened_in[1] == threading.main_thread().name
 

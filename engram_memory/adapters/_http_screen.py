@@ -1,13 +1,16 @@
 """An ASGI middleware that screens each POSTed JSON body before an MCP HTTP transport parses it.
 
-The SDK's Streamable HTTP transport parses a request body with a parser that keeps the last of
-duplicate keys, where the core refuses them: a duplicated argument was validated and used
-with its last value, while a proxy reading the first saw other arguments. :func:`screen_json_bodies`
+The SDK's Streamable HTTP transport parses a request body with parsers that keep the last of
+duplicate keys, where the core refuses them: a duplicated argument was validated and used with
+its last value, while a proxy reading the first saw other arguments. :func:`screen_json_bodies`
 reads the body first, whole, and answers HTTP 400 with a JSON-RPC error for what the screen of
 :mod:`engram_memory.adapters._json_screen` refuses: ``-32600`` "Invalid Request" with the
 request's id for a key given twice in one object (``id`` null when the id cannot be read or is
-itself duplicated), ``-32700`` "Parse error" with ``id`` null for a body that is not UTF-8. A body
-over its limit is answered 413 without being read further. Everything else reaches the wrapped
+itself duplicated, or is a string the answer cannot carry); ``-32700`` "Parse error" with ``id``
+null for a body that is not UTF-8 JSON to the standard ``json`` module. The screen fails closed:
+the SDK's newer request path parses bytes with ``json.loads``, which also takes a UTF-8 byte order
+mark or UTF-16, and a review got duplicated arguments past an earlier version that way. A body
+over the limit is answered 413 without being read further. Everything else reaches the wrapped
 application unchanged, the body replayed as one message.
 """
 
@@ -17,15 +20,17 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final
 
+import anyio
+from mcp.server.streamable_http_manager import DEFAULT_MAX_REQUEST_BODY_SIZE
+
 from engram_memory.adapters._json_screen import (
-    MAX_MESSAGE_BYTES,
     PARSE_ERROR,
     REFUSED_LINE,
     REQUEST_INVALID,
     screened_off_loop,
 )
 
-__all__ = ["ASGIApp", "screen_json_bodies"]
+__all__ = ["SCREENS_AT_ONCE", "ASGIApp", "screen_json_bodies"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -36,21 +41,28 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _MESSAGES: Final = {PARSE_ERROR: "Parse error", REQUEST_INVALID: "Invalid Request"}
 _TOO_LARGE: Final = b"Request body too large"
+SCREENS_AT_ONCE: Final = 2
+"""Bodies over 64 KiB screened at once in worker threads, per wrapped app; the others wait their turn."""
 
 
-def screen_json_bodies(app: ASGIApp, *, max_body_bytes: int = MAX_MESSAGE_BYTES) -> ASGIApp:
+def screen_json_bodies(app: ASGIApp, *, max_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_SIZE) -> ASGIApp:
     """``app`` behind the JSON screen: a POST body refused as the module docstring says never reaches it.
 
     Args:
-        app: the ASGI application to protect (the SDK's ``server.streamable_http_app()``, or a
-            Starlette app mounting it).
+        app: the SDK's app (``server.streamable_http_app()``). Wrap it alone, never a host
+            application with other routes: every POST that reaches the screen is screened as a
+            JSON-RPC message (the SDK's newer request path parses a body whatever its content
+            type, so the screen cannot tell by that).
         max_body_bytes: the largest body read; a longer one (declared by ``Content-Length`` or
-            as it arrives) is answered 413 "Request body too large". The default, 9 MiB, is the
-            longest argument text the core parses with room for the message around it; the
-            SDK's own ``max_request_body_size`` (4 MiB by default) still applies behind it.
+            as it arrives) is answered 413 "Request body too large", as the SDK does. The
+            default is the SDK's own default ``max_request_body_size`` (4 MiB); a host that
+            raises that limit raises this one with it (the core reads arguments of up to 8 MiB
+            of JSON text).
 
     Every other request (not ``POST``, not HTTP: lifespan, websocket) reaches ``app`` untouched.
-    A client that disconnects while its body is read gets no answer and reaches nothing.
+    A client that disconnects while its body is read gets no answer and reaches nothing. At most
+    :data:`SCREENS_AT_ONCE` bodies over 64 KiB are parsed at once (a 4 MiB body built to be slow
+    takes about half a second and a hundred megabytes to parse).
 
     Raises:
         TypeError: ``max_body_bytes`` is not an ``int``.
@@ -60,6 +72,7 @@ def screen_json_bodies(app: ASGIApp, *, max_body_bytes: int = MAX_MESSAGE_BYTES)
         raise TypeError("max_body_bytes must be an int")
     if max_body_bytes < 1:
         raise ValueError("max_body_bytes must be at least 1")
+    screens = anyio.CapacityLimiter(SCREENS_AT_ONCE)
 
     async def screened_app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST":
@@ -74,7 +87,7 @@ def screen_json_bodies(app: ASGIApp, *, max_body_bytes: int = MAX_MESSAGE_BYTES)
         if isinstance(body, _TooLarge):
             await _answer(send, 413, b"text/plain; charset=utf-8", _TOO_LARGE)
             return
-        text, refusal = await screened_off_loop(body)
+        text, refusal = await screened_off_loop(body, limiter=screens)
         if text == REFUSED_LINE:
             code, ident = refusal or (REQUEST_INVALID, None)  # a notification or response: answered all the same
             error = {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": _MESSAGES[code]}}

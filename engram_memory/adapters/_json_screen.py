@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+import anyio
 import anyio.to_thread
 
 from engram_memory.canonical import has_utf8_form
@@ -94,9 +95,11 @@ def _answerable_id(ident: object) -> bool:
 def screened(line: bytes) -> tuple[str, Refusal]:
     r"""``line`` decoded (or :data:`REFUSED_LINE`), and the answer should the SDK refuse it.
 
-    Refused: text that is not UTF-8, JSON holding a key twice in one object, and a message whose
-    ``id`` is a string with a lone surrogate (``"\ud800"``), which the SDK accepts but cannot
-    write back: its answer failed to serialise and the server stopped.
+    Refused: text that is not UTF-8, text the standard ``json`` module does not parse (the screen
+    fails closed: the SDK's parsers accept some such text, a UTF-8 byte order mark for one, and
+    would then parse it without the duplicate check), JSON holding a key twice in one object,
+    and a message whose ``id`` is a string with a lone surrogate (``"\ud800"``), which the SDK
+    accepts but cannot write back: its answer failed to serialise and the server stopped.
     """
     try:
         text = line.decode("utf-8")
@@ -106,8 +109,8 @@ def screened(line: bytes) -> tuple[str, Refusal]:
         message = json.loads(text, object_pairs_hook=_refusing_duplicates, parse_int=_bounded_int)
     except _DuplicateKeyError:
         return REFUSED_LINE, _refusal_of_duplicate(text)
-    except (ValueError, RecursionError):  # not JSON at all: the SDK refuses it on its own
-        return text, (PARSE_ERROR, None)
+    except (ValueError, RecursionError):  # not JSON to us: refused, whatever another parser makes of it
+        return REFUSED_LINE, (PARSE_ERROR, None)
     answer = refusal_answer(message)
     if isinstance(message, dict) and isinstance(message.get("id"), str) and not _answerable_id(message["id"]):
         return REFUSED_LINE, answer
@@ -122,22 +125,25 @@ def _refusal_of_duplicate(text: str) -> Refusal:
         objects.append(pairs)
         return dict(pairs)
 
-    try:
+    try:  # the first parse stopped at the duplicate: what follows it is read only now
         message = json.loads(text, object_pairs_hook=collect, parse_int=_bounded_int)
-    except RecursionError:  # nested too deeply past the duplicate, which stopped the first parse early
+    except RecursionError:  # nested too deeply: JSON, but its id cannot be read
         return REQUEST_INVALID, None
+    except ValueError:  # not JSON after all
+        return PARSE_ERROR, None
     answer = refusal_answer(message)
     if answer is not None and isinstance(message, dict) and [key for key, _ in objects[-1]].count("id") > 1:
         return REQUEST_INVALID, None  # which id? (the outer object is the last collected)
     return answer
 
 
-async def screened_off_loop(message: bytes) -> tuple[str, Refusal]:
+async def screened_off_loop(message: bytes, *, limiter: anyio.CapacityLimiter | None = None) -> tuple[str, Refusal]:
     """:func:`screened`, in a worker thread when ``message`` is over :data:`SCREEN_IN_LOOP_BYTES`.
 
-    A cancellation does not wait for the thread: the caller is cancelled at once, and the thread's
+    ``limiter`` bounds how many such threads run at once (anyio's default pool otherwise). A
+    cancellation does not wait for the thread: the caller is cancelled at once, and the thread's
     parse runs to its end unobserved (seconds at most, for a pathological 9 MiB message).
     """
     if len(message) > SCREEN_IN_LOOP_BYTES:
-        return await anyio.to_thread.run_sync(screened, message, abandon_on_cancel=True)
+        return await anyio.to_thread.run_sync(screened, message, abandon_on_cancel=True, limiter=limiter)
     return screened(message)

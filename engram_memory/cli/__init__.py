@@ -47,6 +47,7 @@ import argparse
 import contextlib
 import math
 import os
+import select
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
@@ -245,8 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status: int = options.run(options)
     except KeyboardInterrupt:  # Ctrl-C: each command has cleaned up on the way out (a demo removed its files)
-        with contextlib.suppress(OSError, ValueError):
-            print("interrupted", file=sys.stderr, flush=True)
+        _report_interrupted()
         return _INTERRUPTED
     except _OutputError as exc:
         cause = exc.__cause__
@@ -256,6 +256,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         reason = cause.strerror if isinstance(cause, OSError) else None
         raise SystemExit(f"engram-memory {options.command}: cannot write its output: {reason}") from None
     return status
+
+
+def _report_interrupted() -> None:
+    """Write ``interrupted`` on standard error, unless that would block: Ctrl-C must not wait on it.
+
+    A full pipe (``serve-mcp 2>&1`` whose client stopped reading) would hold the process in the
+    write; the line is dropped instead. Standard error that is no descriptor (captured in
+    process) is written as usual.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        try:
+            fd = sys.stderr.fileno()
+            writable = bool(select.select([], [fd], [], 0)[1])
+        except (OSError, ValueError, AttributeError):  # no descriptor, or one select cannot watch
+            print("interrupted", file=sys.stderr, flush=True)
+            return
+        if writable:  # room for a few bytes: a write of at most PIPE_BUF then never blocks
+            sys.stderr.flush()
+            os.write(fd, b"interrupted\n")
 
 
 def _discard_stdout() -> None:
