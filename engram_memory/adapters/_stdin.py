@@ -9,17 +9,19 @@ reads what is there. A descriptor the event loop cannot watch (a regular file, a
 Each line is screened before the SDK parses it:
 
 * a line that is not valid UTF-8 (the SDK would decode it with ``errors="replace"``, and a
-  capture was committed with U+FFFD in place of the bytes), and a JSON message holding the same
-  key twice in one object, at any depth (the SDK's parser keeps the last value, where the core
-  refuses duplicates), are handed on as :data:`REFUSED_LINE`, text that is not JSON, so the SDK
+  capture was committed with U+FFFD in place of the bytes), a line the standard ``json`` module
+  does not parse (the screen fails closed), a JSON message holding the same key twice in one
+  object, at any depth (the SDK's parser keeps the last value, where the core refuses
+  duplicates), and one whose ``id`` the answer could not carry, are handed on as
+  :data:`~engram_memory.adapters._json_screen.REFUSED_LINE`, text that is not JSON, so the SDK
   cannot parse them;
 * a line longer than :data:`MAX_LINE_BYTES` is refused as it is read, never held whole (the
-  SDK would buffer it whole, however long): it is handed on as :data:`REFUSED_LINE`, answered
+  SDK would buffer it whole, however long): it is handed on as ``REFUSED_LINE``, answered
   ``-32700`` with ``id`` null (its id is never read);
 * a blank line is skipped: it holds no message.
 
 The screen is :mod:`engram_memory.adapters._json_screen`'s; a line over 64 KiB is screened in a
-worker thread, so the event loop keeps serving while a large message is parsed.
+worker thread (the SDK's own parse of the line then still runs in the event loop).
 
 Any other line is handed on as read; whether it is a JSON-RPC message is the SDK's to decide.
 For every line handed on, :attr:`StdinLines.refusals` receives, in order, the JSON-RPC error that
