@@ -372,6 +372,38 @@ def test_an_interrupted_demo_removes_its_files(
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_ctrl_c_without_stderr_writes_nothing_to_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started with descriptor 2 closed (``sys.stderr`` is None), ``print`` would have written to stdout."""
+
+    def interrupted(self: MemoryAdmin, **_: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MemoryAdmin, "verify", interrupted)
+    monkeypatch.setattr(sys, "stderr", None)
+    assert main(["demo", "--db", str(tmp_path / "demo.db")]) == 130
+    assert "interrupted" not in capsys.readouterr().out  # the demo's own lines only
+
+
+def test_ctrl_c_with_a_full_stderr_pipe_drops_the_line_rather_than_wait() -> None:
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    try:
+        while True:  # fill the pipe
+            try:
+                os.write(write, b"x" * 4096)
+            except BlockingIOError:
+                break
+        os.set_blocking(write, True)
+        script = "import sys\nfrom engram_memory.cli import _report_interrupted\n_report_interrupted()\n"
+        done = subprocess.run([sys.executable, "-c", script], stderr=write, timeout=60, check=False)
+        assert done.returncode == 0
+    finally:
+        os.close(write)
+        os.close(read)
+
+
 # --------------------------------------------------------------------------- 12: two demos on one new path
 
 

@@ -145,31 +145,54 @@ def test_on_the_newer_request_path_a_body_the_screen_cannot_read_is_refused(serv
 
 
 class _Recorder:
-    """A fake ASGI app and transport: what the wrapped app received, and what was sent to the client."""
+    """A fake ASGI transport, and the app it reaches: what the app received, and what was sent to the client.
 
-    def __init__(self, *incoming: dict[str, Any]) -> None:
+    Its client stays until the app is called (then ``receive`` gives the disconnect, as a server
+    does once the request is served) or, with ``leaves``, disconnects right after its body.
+    """
+
+    def __init__(self, *incoming: dict[str, Any], leaves: bool = False) -> None:
         self.incoming = list(incoming)
+        self.leaves = leaves
         self.received = 0
         self.sent: list[dict[str, Any]] = []
         self.calls: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+        self._called: anyio.Event | None = None
+
+    def called(self) -> anyio.Event:
+        """Set once the app is called (made in the event loop of the first to ask)."""
+        if self._called is None:
+            self._called = anyio.Event()
+        return self._called
 
     async def receive(self) -> dict[str, Any]:
         self.received += 1
-        return self.incoming.pop(0) if self.incoming else {"type": "http.disconnect"}
+        if self.incoming:
+            return self.incoming.pop(0)
+        if not self.leaves:
+            await self.called().wait()
+        return {"type": "http.disconnect"}
 
     async def send(self, message: dict[str, Any]) -> None:
         self.sent.append(message)
 
-    async def app(self, scope: Any, receive: Any, send: Any) -> None:
+    @staticmethod
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        """The wrapped app: it records, on the scope's recorder, what it reads."""
+        recorder: _Recorder = scope["recorder"]
+        recorder.called().set()
         got = [await receive()]
         while got[-1].get("more_body"):
             got.append(await receive())
         got.append(await receive())  # what follows the body
-        self.calls.append((scope, got))
+        recorder.calls.append((scope, got))
+
+    def scope(self, scope: dict[str, Any]) -> dict[str, Any]:
+        return {**scope, "recorder": self}
 
     def run(self, scope: dict[str, Any], **options: int) -> None:
         screened: Any = screen_json_bodies(self.app, **options)
-        anyio.run(screened, scope, self.receive, self.send)
+        anyio.run(screened, self.scope(scope), self.receive, self.send)
 
     def answer(self) -> tuple[int, bytes]:
         start, body = self.sent
@@ -193,7 +216,7 @@ def test_a_body_that_passes_reaches_the_app_whole_in_one_message() -> None:
     recorder.run(_post())
     assert recorder.sent == []  # the app answers, not the screen (this fake app answers nothing)
     [(scope, got)] = recorder.calls
-    assert scope == _post()
+    assert scope == recorder.scope(_post())
     assert got == [{"type": "http.request", "body": body, "more_body": False}, {"type": "http.disconnect"}]
 
 
@@ -244,7 +267,7 @@ def test_a_body_over_the_limit_is_answered_413_as_declared_or_as_it_arrives() ->
 
 
 def test_a_client_that_leaves_while_its_body_is_read_gets_nothing_and_reaches_nothing() -> None:
-    recorder = _Recorder({"type": "http.request", "body": b'{"id": 1', "more_body": True})
+    recorder = _Recorder({"type": "http.request", "body": b'{"id": 1', "more_body": True}, leaves=True)
     recorder.run(_post())
     assert (recorder.sent, recorder.calls) == ([], [])
 
@@ -285,35 +308,58 @@ def test_the_limit_must_be_a_positive_int() -> None:
         screen_json_bodies(app, max_body_bytes=0)
 
 
-def test_large_bodies_are_screened_two_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A flood of large bodies holds at most SCREENS_AT_ONCE worker threads in the screen, per wrapped app."""
+LARGE = b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"t": "' + b"x" * 70_000 + b'"}}'
+
+
+def _slow_screens(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make each screen take 0.1 s; the list it returns holds, per screen started, how many ran then."""
     screen = screen_module.screened
-    running, peak = 0, 0
+    running: list[int] = []
+    started: list[int] = []
     lock = threading.Lock()
 
     def counted(message: bytes) -> tuple[str, Any]:
-        nonlocal running, peak
         with lock:
-            running += 1
-            peak = max(peak, running)
+            running.append(1)
+            started.append(len(running))
         time.sleep(0.1)
         with lock:
-            running -= 1
+            running.pop()
         return screen(message)
 
     monkeypatch.setattr(screen_module, "screened", counted)
-    body = b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"t": "' + b"x" * 70_000 + b'"}}'
-    recorders = [_Recorder(*_chunks(body, 1 << 16)) for _ in range(6)]
-    screened: Any = screen_json_bodies(recorders[0].app)
+    return started
+
+
+def _flood(recorders: list[_Recorder]) -> None:
+    screened: Any = screen_json_bodies(_Recorder.app)
 
     async def flood() -> None:
         async with anyio.create_task_group() as group:
             for recorder in recorders:
-                group.start_soon(screened, _post(), recorder.receive, recorder.send)
+                group.start_soon(screened, recorder.scope(_post()), recorder.receive, recorder.send)
+                await anyio.sleep(0.01)  # in this order
 
     anyio.run(flood)
-    assert peak == SCREENS_AT_ONCE == 2
-    assert len(recorders[0].calls) == 6  # every body passed, in turn
+
+
+def test_large_bodies_are_screened_two_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flood of large bodies holds at most SCREENS_AT_ONCE worker threads in the screen, per wrapped app."""
+    started = _slow_screens(monkeypatch)
+    recorders = [_Recorder(*_chunks(LARGE, 1 << 16)) for _ in range(6)]
+    _flood(recorders)
+    assert max(started) == SCREENS_AT_ONCE == 2
+    assert [len(recorder.calls) for recorder in recorders] == [1] * 6  # every body passed, in turn
+
+
+def test_a_client_that_leaves_while_its_large_body_waits_gives_up_its_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    started = _slow_screens(monkeypatch)
+    staying = [_Recorder(*_chunks(LARGE, 1 << 16)) for _ in range(2)]
+    leaving = [_Recorder(*_chunks(LARGE, 1 << 16), leaves=True) for _ in range(3)]
+    _flood([*staying, *leaving])
+    assert len(started) == 2  # the leavers' bodies were never parsed
+    assert [len(recorder.calls) for recorder in staying] == [1, 1]
+    assert [(recorder.calls, recorder.sent) for recorder in leaving] == [([], [])] * 3
 
 
 def test_the_default_limit_is_the_sdks_own() -> None:
@@ -321,3 +367,22 @@ def test_the_default_limit_is_the_sdks_own() -> None:
     declared.run(_post((b"content-length", str(DEFAULT_MAX_REQUEST_BODY_SIZE + 1).encode())))
     assert declared.answer() == (413, b"Request body too large")
     assert DEFAULT_MAX_REQUEST_BODY_SIZE == 4 * 1_048_576
+
+
+def test_a_cancelled_screen_keeps_its_place_until_its_thread_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancelled callers (a host's timeout) cannot start more screens than the limiter allows."""
+    started = _slow_screens(monkeypatch)
+    limiter = anyio.CapacityLimiter(2)
+
+    async def cancelled_soon() -> None:
+        with anyio.move_on_after(0.03):
+            await screen_module.screened_off_loop(LARGE, limiter=limiter)
+
+    async def many() -> None:
+        async with anyio.create_task_group() as group:
+            for _ in range(6):
+                group.start_soon(cancelled_soon)
+                await anyio.sleep(0.01)
+
+    anyio.run(many)
+    assert 1 <= max(started) <= 2

@@ -27,6 +27,9 @@ from engram_memory.adapters._json_screen import (
     PARSE_ERROR,
     REFUSED_LINE,
     REQUEST_INVALID,
+    SCREEN_IN_LOOP_BYTES,
+    Refusal,
+    screened,
     screened_off_loop,
 )
 
@@ -60,9 +63,10 @@ def screen_json_bodies(app: ASGIApp, *, max_body_bytes: int = DEFAULT_MAX_REQUES
             of JSON text).
 
     Every other request (not ``POST``, not HTTP: lifespan, websocket) reaches ``app`` untouched.
-    A client that disconnects while its body is read gets no answer and reaches nothing. At most
-    :data:`SCREENS_AT_ONCE` bodies over 64 KiB are parsed at once (a 4 MiB body built to be slow
-    takes about half a second and a hundred megabytes to parse).
+    A client that disconnects while its body is read, or while a large body waits for its screen,
+    gets no answer and reaches nothing. At most :data:`SCREENS_AT_ONCE` bodies over 64 KiB are
+    parsed at once, per wrapped app (a 4 MiB body built to be slow takes about half a second and
+    a hundred megabytes to parse).
 
     Raises:
         TypeError: ``max_body_bytes`` is not an ``int``.
@@ -87,7 +91,10 @@ def screen_json_bodies(app: ASGIApp, *, max_body_bytes: int = DEFAULT_MAX_REQUES
         if isinstance(body, _TooLarge):
             await _answer(send, 413, b"text/plain; charset=utf-8", _TOO_LARGE)
             return
-        text, refusal = await screened_off_loop(body, limiter=screens)
+        screen = await _screened_while_connected(body, receive, screens)
+        if screen is None:  # the client left while its body waited or was screened
+            return
+        text, refusal = screen
         if text == REFUSED_LINE:
             code, ident = refusal or (REQUEST_INVALID, None)  # a notification or response: answered all the same
             error = {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": _MESSAGES[code]}}
@@ -122,6 +129,35 @@ async def _read_body(receive: Receive, limit: int) -> bytes | _TooLarge | None:
             return _TooLarge()
         if not message.get("more_body", False):
             return bytes(body)
+
+
+async def _screened_while_connected(
+    body: bytes, receive: Receive, screens: anyio.CapacityLimiter
+) -> tuple[str, Refusal] | None:
+    """The screen of ``body``, or ``None`` when the client disconnects first.
+
+    A large body may wait for one of the :data:`SCREENS_AT_ONCE` places: a client that leaves
+    meanwhile gives up its turn instead of having its body parsed for nobody. After a whole body,
+    the only message ASGI delivers is the disconnect, so nothing read here needs replaying.
+    """
+    if len(body) <= SCREEN_IN_LOOP_BYTES:
+        return screened(body)
+    result: tuple[str, Refusal] | None = None
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            group.cancel_scope.cancel()
+
+        async def screen() -> None:
+            nonlocal result
+            result = await screened_off_loop(body, limiter=screens)
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        group.start_soon(screen)
+    return result
 
 
 def _replaying(body: bytes, receive: Receive) -> Receive:

@@ -265,6 +265,8 @@ def _report_interrupted() -> None:
     write; the line is dropped instead. Standard error that is no descriptor (captured in
     process) is written as usual.
     """
+    if sys.stderr is None:  # started with descriptor 2 closed: print would write to stdout
+        return
     with contextlib.suppress(OSError, ValueError):
         try:
             fd = sys.stderr.fileno()
