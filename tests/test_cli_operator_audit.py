@@ -20,7 +20,7 @@ import pytest
 
 from engram_memory import DefaultPolicy
 from engram_memory.admin import MemoryAdmin
-from engram_memory.cli import main
+from engram_memory.cli import _report_interrupted, main
 from engram_memory.connect import connect
 from engram_memory.errors import EngramError, ErrorCode, StoreUnavailableError
 from engram_memory.stores.sqlite import SQLiteStore
@@ -330,7 +330,7 @@ def test_an_id_that_is_not_utf8_is_a_usage_error(
 _INTERRUPTED_VERIFY = """
 import os, signal, sys
 from engram_memory.admin import MemoryAdmin
-from engram_memory.cli import main
+from engram_memory.cli import _report_interrupted, main
 
 def interrupted(self, scope):
     os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of the work
@@ -446,3 +446,8 @@ def test_a_negative_schema_version_is_a_damaged_file_not_an_outdated_one(
         "engram-memory key vault"
     )
     assert _digests(db.parent) == before
+
+
+def test_ctrl_c_writes_its_line_to_a_stderr_descriptor_that_has_room(capfd: pytest.CaptureFixture[str]) -> None:
+    _report_interrupted()
+    assert capfd.readouterr().err == "interrupted\n"

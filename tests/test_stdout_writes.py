@@ -247,3 +247,21 @@ def test_without_stderr_descriptor_1_points_at_the_null_device(monkeypatch: pyte
     with claimed_stdout():
         pass
     assert seen == [True, False]  # diverted to the null device, then restored
+
+
+def test_a_pipe_that_cannot_be_opened_again_is_written_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``/proc`` (or with it refusing), the pipe is written as the SDK wrote it."""
+    read, write = os.pipe()
+
+    def refused(*_: object, **__: object) -> int:
+        raise PermissionError(13, "Permission denied")
+
+    try:
+        monkeypatch.setattr(os, "open", refused)
+        with _writer(write) as writes:
+            assert writes._in_loop is False
+            anyio.run(writes.write, "wire\n")
+        assert os.read(read, 100) == b"wire\n"
+    finally:
+        os.close(read)
+        os.close(write)
