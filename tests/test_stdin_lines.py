@@ -131,8 +131,8 @@ def _write_all(fd: int, data: bytes) -> None:
 
 DEEP_AFTER_DUPLICATE = (
     b'{"jsonrpc":"2.0","id":7,"method":"ping","params":{"_meta":{"a":[{"k":1,"k":2},'
-    + b"[" * 5000
-    + b"]" * 5000
+    + b"[" * 100_000  # deeper than the json module reads on any supported Python (3.13 reads 5,000)
+    + b"]" * 100_000
     + b"]}}}"
 )
 
