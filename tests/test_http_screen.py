@@ -151,9 +151,10 @@ class _Recorder:
     does once the request is served) or, with ``leaves``, disconnects right after its body.
     """
 
-    def __init__(self, *incoming: dict[str, Any], leaves: bool = False) -> None:
+    def __init__(self, *incoming: dict[str, Any], leaves: bool = False, leaves_after: float = 0.0) -> None:
         self.incoming = list(incoming)
         self.leaves = leaves
+        self.leaves_after = leaves_after
         self.received = 0
         self.sent: list[dict[str, Any]] = []
         self.calls: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
@@ -169,7 +170,9 @@ class _Recorder:
         self.received += 1
         if self.incoming:
             return self.incoming.pop(0)
-        if not self.leaves:
+        if self.leaves:
+            await anyio.sleep(self.leaves_after)
+        else:
             await self.called().wait()
         return {"type": "http.disconnect"}
 
@@ -386,3 +389,12 @@ def test_a_cancelled_screen_keeps_its_place_until_its_thread_ends(monkeypatch: p
 
     anyio.run(many)
     assert 1 <= max(started) <= 2
+
+
+def test_a_client_that_leaves_while_its_body_is_screened_reaches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The screen already running finishes (it keeps its place), and its result is for nobody."""
+    started = _slow_screens(monkeypatch)
+    leaving = _Recorder(*_chunks(LARGE, 1 << 16), leaves=True, leaves_after=0.03)
+    _flood([leaving])
+    assert len(started) == 1
+    assert (leaving.calls, leaving.sent) == ([], [])

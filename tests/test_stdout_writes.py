@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -246,7 +247,7 @@ def test_without_stderr_descriptor_1_points_at_the_null_device(monkeypatch: pyte
     monkeypatch.setattr(os, "dup2", no_stderr)
     with claimed_stdout():
         pass
-    assert seen == [True, False]  # diverted to the null device, then restored
+    assert seen == [True, True, False]  # diverted to the null device, leftovers flushed there, restored
 
 
 def test_a_pipe_that_cannot_be_opened_again_is_written_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -265,3 +266,60 @@ def test_a_pipe_that_cannot_be_opened_again_is_written_in_a_worker_thread(monkey
     finally:
         os.close(read)
         os.close(write)
+
+
+def test_a_socket_object_ignores_the_hosts_default_timeout() -> None:
+    """``socket.setdefaulttimeout`` would make each send wait in the event loop and leave the socket non-blocking."""
+    ours, theirs = socket.socketpair()
+    before = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(3)
+    try:
+        with _writer(ours.fileno()) as writes:
+
+            async def write_briefly() -> float:
+                started = time.monotonic()
+                with anyio.move_on_after(0.3):
+                    await writes.write(MESSAGE * 20)
+                return time.monotonic() - started
+
+            assert anyio.run(write_briefly) < 2
+        assert os.get_blocking(ours.fileno()) is True
+    finally:
+        socket.setdefaulttimeout(before)
+        ours.close()
+        theirs.close()
+
+
+FLUSHING_SCRIPT = """
+import anyio
+from engram_memory.adapters._stdout import claimed_stdout
+
+with claimed_stdout() as writes:
+    print("stray print")  # block-buffered: flushed on the way out, to a full stderr pipe
+    anyio.run(writes.write, "wire\\n")
+print("after", flush=True)
+"""
+
+
+def test_stray_output_flushed_to_a_full_stderr_pipe_does_not_hold_the_exit() -> None:
+    read, write = os.pipe()
+    filler = _reopened_pipe(write)  # a non-blocking open file of its own: the child's stays blocking
+    assert filler is not None
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(filler, b"x" * 4096)
+    os.close(filler)
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    try:
+        ran = subprocess.run(
+            [sys.executable, "-c", FLUSHING_SCRIPT],
+            stdout=subprocess.PIPE,
+            stderr=write,
+            env=env,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        os.close(write)
+        os.close(read)
+    assert (ran.returncode, ran.stdout) == (0, b"wire\nafter\n")

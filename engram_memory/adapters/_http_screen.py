@@ -143,11 +143,14 @@ async def _screened_while_connected(
     if len(body) <= SCREEN_IN_LOOP_BYTES:
         return screened(body)
     result: tuple[str, Refusal] | None = None
+    left = False
     async with anyio.create_task_group() as group:
 
         async def watch() -> None:
+            nonlocal left
             while (await receive())["type"] != "http.disconnect":
                 pass
+            left = True
             group.cancel_scope.cancel()
 
         async def screen() -> None:
@@ -157,7 +160,7 @@ async def _screened_while_connected(
 
         group.start_soon(watch)
         group.start_soon(screen)
-    return result
+    return None if left else result  # a screen already running finishes (it keeps its place) for nobody
 
 
 def _replaying(body: bytes, receive: Receive) -> Receive:

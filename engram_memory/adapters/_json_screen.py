@@ -144,7 +144,7 @@ async def screened_off_loop(message: bytes, *, limiter: anyio.CapacityLimiter | 
     thread keeps its place until its parse ends: a cancellation then waits for it (about half a
     second for a 4 MiB message built to be slow). Without a limiter a cancellation does not wait:
     the caller is cancelled at once, and the parse runs to its end unobserved (seconds at most,
-    for a 9 MiB message built to be slow).
+    for a 9 MiB message built to be slow; an interpreter exiting meanwhile waits for it).
     """
     if len(message) > SCREEN_IN_LOOP_BYTES:
         abandon = limiter is None

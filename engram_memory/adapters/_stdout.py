@@ -94,8 +94,7 @@ def claimed_stdout() -> Iterator[StdoutWrites]:
                 yield writes
         finally:
             try:
-                with contextlib.suppress(OSError, ValueError):  # stray output that cannot be written
-                    sys.stdout.flush()
+                _flush_stray_output()
             finally:
                 os.dup2(wire, _STDOUT)
     finally:
@@ -107,11 +106,34 @@ def _divert_stdout() -> None:
     try:
         os.dup2(_STDERR, _STDOUT)
     except OSError:
-        null = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(null, _STDOUT)
-        finally:
-            os.close(null)
+        _stdout_to_null()
+
+
+def _stdout_to_null() -> None:
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, _STDOUT)
+    finally:
+        os.close(null)
+
+
+def _flush_stray_output() -> None:
+    """Flush what ``sys.stdout`` holds of stray output to stderr, without blocking; drop what does not fit.
+
+    A stderr pipe that nobody reads (``2>&1`` to a client that stopped reading) would otherwise
+    hold the flush, and Ctrl-C with it: a pipe is written through a non-blocking open file of
+    its own, and what it does not take is then flushed to the null device.
+    """
+    with contextlib.suppress(OSError, ValueError):  # a pipe that is full, or a broken or closed sys.stdout
+        if stat.S_ISFIFO(os.fstat(_STDOUT).st_mode):
+            private = _reopened_pipe(_STDOUT)
+            if private is not None:
+                os.dup2(private, _STDOUT)
+                os.close(private)
+        sys.stdout.flush()
+    with contextlib.suppress(OSError, ValueError):
+        _stdout_to_null()
+        sys.stdout.flush()
 
 
 @contextlib.contextmanager
@@ -119,7 +141,7 @@ def _writer(wire: int) -> Iterator[StdoutWrites]:
     """Writes to ``wire`` from the event loop (a pipe reopened non-blocking, a socket), else in a thread."""
     mode = os.fstat(wire).st_mode
     if stat.S_ISSOCK(mode):
-        with socket.socket(fileno=os.dup(wire)) as sock:
+        with _socket_of(wire) as sock:
             yield StdoutWrites(wire, in_loop=True, write_now=lambda data: sock.send(data, socket.MSG_DONTWAIT))
         return
     private = _reopened_pipe(wire) if stat.S_ISFIFO(mode) else None
@@ -130,6 +152,20 @@ def _writer(wire: int) -> Iterator[StdoutWrites]:
         yield StdoutWrites(private, in_loop=True)
     finally:
         os.close(private)
+
+
+def _socket_of(fd: int) -> socket.socket:
+    """A socket object over a duplicate of ``fd``, the open file's mode as it was.
+
+    A new socket object takes the process's default timeout (``socket.setdefaulttimeout``), which
+    would make its sends wait and put the shared open file in non-blocking mode: it gets none,
+    and the file status flags are set back as they were.
+    """
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    sock = socket.socket(fileno=os.dup(fd))
+    sock.settimeout(None)
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+    return sock
 
 
 def _reopened_pipe(fd: int) -> int | None:
