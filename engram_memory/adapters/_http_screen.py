@@ -63,8 +63,8 @@ def screen_json_bodies(app: ASGIApp, *, max_body_bytes: int = DEFAULT_MAX_REQUES
             of JSON text).
 
     Every other request (not ``POST``, not HTTP: lifespan, websocket) reaches ``app`` untouched.
-    A client that disconnects while its body is read, or while a large body waits for its screen,
-    gets no answer and reaches nothing. At most :data:`SCREENS_AT_ONCE` bodies over 64 KiB are
+    A client that disconnects while its body is read, or while a large body waits for its screen
+    or is screened, gets no answer and reaches nothing. At most :data:`SCREENS_AT_ONCE` bodies over 64 KiB are
     parsed at once, per wrapped app (a 4 MiB body built to be slow takes about half a second and
     a hundred megabytes to parse).
 
@@ -134,11 +134,12 @@ async def _read_body(receive: Receive, limit: int) -> bytes | _TooLarge | None:
 async def _screened_while_connected(
     body: bytes, receive: Receive, screens: anyio.CapacityLimiter
 ) -> tuple[str, Refusal] | None:
-    """The screen of ``body``, or ``None`` when the client disconnects first.
+    """The screen of ``body``, or ``None`` when the client disconnects before it is done.
 
     A large body may wait for one of the :data:`SCREENS_AT_ONCE` places: a client that leaves
-    meanwhile gives up its turn instead of having its body parsed for nobody. After a whole body,
-    the only message ASGI delivers is the disconnect, so nothing read here needs replaying.
+    meanwhile gives up its turn instead of having its body parsed for nobody (a parse already
+    running finishes, keeping its place, and is thrown away). After a whole body, the only
+    message ASGI delivers is the disconnect, so nothing read here needs replaying.
     """
     if len(body) <= SCREEN_IN_LOOP_BYTES:
         return screened(body)
@@ -160,7 +161,7 @@ async def _screened_while_connected(
 
         group.start_soon(watch)
         group.start_soon(screen)
-    return None if left else result  # a screen already running finishes (it keeps its place) for nobody
+    return None if left else result
 
 
 def _replaying(body: bytes, receive: Receive) -> Receive:
