@@ -451,3 +451,28 @@ def test_a_negative_schema_version_is_a_damaged_file_not_an_outdated_one(
 def test_ctrl_c_writes_its_line_to_a_stderr_descriptor_that_has_room(capfd: pytest.CaptureFixture[str]) -> None:
     _report_interrupted()
     assert capfd.readouterr().err == "interrupted\n"
+
+
+def test_a_ctrl_c_raised_inside_the_servers_task_group_is_status_130(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second Ctrl-C can land inside the server's task group, which wraps it in a group."""
+    pytest.importorskip("mcp")
+    import engram_memory.adapters.mcp as adapter  # noqa: PLC0415 - optional extra
+
+    async def interrupted_twice(*_: object) -> None:
+        raise BaseExceptionGroup("serving", [KeyboardInterrupt()])
+
+    monkeypatch.setattr(adapter, "serve_stdio", interrupted_twice)
+    db = tmp_path / "memory.db"
+    scope = ["--tenant", "acme", "--workspace", "w", "--principal", "p", "--purpose", "eng"]
+    assert main(["serve-mcp", "--db", str(db), *scope]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+    async def failed(*_: object) -> None:
+        raise BaseExceptionGroup("serving", [KeyboardInterrupt(), OSError(5, "Input/output error")])
+
+    monkeypatch.setattr(adapter, "serve_stdio", failed)
+    with pytest.raises(BaseExceptionGroup) as raised:
+        main(["serve-mcp", "--db", str(db), *scope])
+    assert raised.value.subgroup(OSError) is not None  # a real failure is not taken for Ctrl-C

@@ -17,7 +17,8 @@ pytest.importorskip("mcp")
 
 import anyio
 
-from engram_memory.adapters._stdout import StdoutWrites, _reopened_pipe, _writer, claimed_stdout
+from engram_memory.adapters._nonblocking import reopened_pipe
+from engram_memory.adapters._stdout import StdoutWrites, _writer, claimed_stdout
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux descriptors and /proc")
 
@@ -31,7 +32,7 @@ def _read_all(fd: int, into: bytearray) -> None:
 
 def test_a_write_to_a_pipe_nobody_reads_is_cancellable_and_leaves_whole_bytes() -> None:
     read, write = os.pipe()
-    private = _reopened_pipe(write)
+    private = reopened_pipe(write)
     assert private is not None
     try:
         assert os.get_blocking(private) is False
@@ -61,7 +62,7 @@ def test_a_pipe_that_is_read_gets_every_byte_in_order() -> None:
     received = bytearray()
     reader = threading.Thread(target=_read_all, args=(read, received))
     reader.start()
-    private = _reopened_pipe(write)
+    private = reopened_pipe(write)
     assert private is not None
 
     async def write_twice() -> None:
@@ -119,7 +120,7 @@ def test_a_socket_nobody_reads_is_written_from_the_event_loop_its_mode_untouched
 
 def test_a_write_to_a_pipe_whose_reader_closed_raises() -> None:
     read, write = os.pipe()
-    private = _reopened_pipe(write)
+    private = reopened_pipe(write)
     assert private is not None
     os.close(read)
     try:
@@ -247,7 +248,7 @@ def test_without_stderr_descriptor_1_points_at_the_null_device(monkeypatch: pyte
     monkeypatch.setattr(os, "dup2", no_stderr)
     with claimed_stdout():
         pass
-    assert seen == [True, True, False]  # diverted to the null device, leftovers flushed there, restored
+    assert seen == [True, False, True, False]  # diverted to the null device; a private pipe to flush; null; restored
 
 
 def test_a_pipe_that_cannot_be_opened_again_is_written_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -301,25 +302,40 @@ print("after", flush=True)
 """
 
 
-def test_stray_output_flushed_to_a_full_stderr_pipe_does_not_hold_the_exit() -> None:
+def _full_stderr(kind: str) -> tuple[int, int]:
+    """A pipe or a socket (as a Node.js client gives its child) with no room left: (our end, the child's stderr)."""
+    if kind == "socket":
+        theirs, ours = socket.socketpair()
+        theirs.settimeout(0)
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                theirs.send(b"x" * 4096)
+        theirs.settimeout(None)  # the child's end blocks, as a client's would
+        return ours.detach(), theirs.detach()
     read, write = os.pipe()
-    filler = _reopened_pipe(write)  # a non-blocking open file of its own: the child's stays blocking
+    filler = reopened_pipe(write)  # a non-blocking open file of its own: the child's stays blocking
     assert filler is not None
     with contextlib.suppress(BlockingIOError):
         while True:
             os.write(filler, b"x" * 4096)
     os.close(filler)
+    return read, write
+
+
+@pytest.mark.parametrize("kind", ["pipe", "socket"])
+def test_stray_output_flushed_to_a_full_stderr_does_not_hold_the_exit(kind: str) -> None:
+    ours, stderr = _full_stderr(kind)
     env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
     try:
         ran = subprocess.run(
             [sys.executable, "-c", FLUSHING_SCRIPT],
             stdout=subprocess.PIPE,
-            stderr=write,
+            stderr=stderr,
             env=env,
             timeout=30,
             check=False,
         )
     finally:
-        os.close(write)
-        os.close(read)
+        os.close(stderr)
+        os.close(ours)
     assert (ran.returncode, ran.stdout) == (0, b"wire\nafter\n")

@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator
 import anyio
 import anyio.to_thread
 
+from engram_memory.adapters._nonblocking import reopened_pipe, socket_of, write_now
+
 if sys.platform != "win32":
     import fcntl
 
@@ -118,19 +120,29 @@ def _stdout_to_null() -> None:
 
 
 def _flush_stray_output() -> None:
-    """Flush what ``sys.stdout`` holds of stray output to stderr, without blocking; drop what does not fit.
+    """Flush what ``sys.stdout`` holds of stray output to stderr without waiting; drop what does not fit.
 
-    A stderr pipe that nobody reads (``2>&1`` to a client that stopped reading) would otherwise
-    hold the flush, and Ctrl-C with it: a pipe is written through a non-blocking open file of
-    its own, and what it does not take is then flushed to the null device.
+    A stderr that nobody reads (``2>&1`` to a client that stopped reading, a socket from a
+    Node.js client) would otherwise hold the flush, and Ctrl-C with it: the buffered bytes are
+    flushed into a private pipe, then handed to stderr by :func:`write_now`.
     """
-    with contextlib.suppress(OSError, ValueError):  # a pipe that is full, or a broken or closed sys.stdout
-        if stat.S_ISFIFO(os.fstat(_STDOUT).st_mode):
-            private = _reopened_pipe(_STDOUT)
-            if private is not None:
-                os.dup2(private, _STDOUT)
-                os.close(private)
-        sys.stdout.flush()
+    with contextlib.suppress(OSError, ValueError):  # no stderr, or a broken or closed sys.stdout
+        read, write = os.pipe()
+        try:
+            os.set_blocking(write, False)
+            os.set_blocking(read, False)
+            os.dup2(write, _STDOUT)
+            with contextlib.suppress(BlockingIOError):  # more than a pipeful: the rest is dropped below
+                sys.stdout.flush()
+            stray = bytearray()
+            with contextlib.suppress(BlockingIOError):
+                while chunk := os.read(read, 1 << 16):
+                    stray += chunk
+            if stray:
+                write_now(_STDERR, bytes(stray))
+        finally:
+            os.close(read)
+            os.close(write)
     with contextlib.suppress(OSError, ValueError):
         _stdout_to_null()
         sys.stdout.flush()
@@ -141,10 +153,10 @@ def _writer(wire: int) -> Iterator[StdoutWrites]:
     """Writes to ``wire`` from the event loop (a pipe reopened non-blocking, a socket), else in a thread."""
     mode = os.fstat(wire).st_mode
     if stat.S_ISSOCK(mode):
-        with _socket_of(wire) as sock:
+        with socket_of(wire) as sock:
             yield StdoutWrites(wire, in_loop=True, write_now=lambda data: sock.send(data, socket.MSG_DONTWAIT))
         return
-    private = _reopened_pipe(wire) if stat.S_ISFIFO(mode) else None
+    private = reopened_pipe(wire) if stat.S_ISFIFO(mode) else None
     if private is None:
         yield StdoutWrites(wire, in_loop=False)
         return
@@ -152,33 +164,3 @@ def _writer(wire: int) -> Iterator[StdoutWrites]:
         yield StdoutWrites(private, in_loop=True)
     finally:
         os.close(private)
-
-
-def _socket_of(fd: int) -> socket.socket:
-    """A socket object over a duplicate of ``fd``, the open file's mode as it was.
-
-    A new socket object takes the process's default timeout (``socket.setdefaulttimeout``), which
-    would make its sends wait and put the shared open file in non-blocking mode: it gets none,
-    and the file status flags are set back as they were.
-    """
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    sock = socket.socket(fileno=os.dup(fd))
-    sock.settimeout(None)
-    fcntl.fcntl(fd, fcntl.F_SETFL, flags)
-    return sock
-
-
-def _reopened_pipe(fd: int) -> int | None:
-    """A new non-blocking open file of the pipe ``fd`` writes to, or ``None`` when it cannot be opened again.
-
-    Opening ``/proc/self/fd/N`` of a pipe opens the pipe again (Linux); a non-blocking open for
-    writing never waits.
-    """
-    try:
-        private = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    if os.path.sameopenfile(private, fd):
-        return private
-    os.close(private)  # pragma: no cover - a /proc that is not Linux's
-    return None

@@ -47,12 +47,12 @@ import argparse
 import contextlib
 import math
 import os
-import select
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Final
 
+from engram_memory.adapters._nonblocking import write_now
 from engram_memory.cli.commands import STDIO_TOOLS as STDIO_TOOLS
 from engram_memory.cli.commands import _cmd_adjudicate, _cmd_pending, _cmd_serve_mcp, _cmd_stats, _cmd_verify
 from engram_memory.cli.demo import _cmd_demo
@@ -262,21 +262,19 @@ def _report_interrupted() -> None:
     """Write ``interrupted`` on standard error, unless that would block: Ctrl-C must not wait on it.
 
     A full pipe (``serve-mcp 2>&1`` whose client stopped reading) would hold the process in the
-    write; the line is dropped instead. Standard error that is no descriptor (captured in
-    process) is written as usual.
+    write, and so would a socket from a Node.js client; the line is dropped instead. Standard
+    error that is no descriptor (captured in process) is written as usual.
     """
     if sys.stderr is None:  # started with descriptor 2 closed: print would write to stdout
         return
     with contextlib.suppress(OSError, ValueError):
         try:
             fd = sys.stderr.fileno()
-            writable = bool(select.select([], [fd], [], 0)[1])
-        except (OSError, ValueError, AttributeError):  # no descriptor, or one select cannot watch
+        except (OSError, ValueError, AttributeError):  # no descriptor: captured in process
             print("interrupted", file=sys.stderr, flush=True)
             return
-        if writable:  # room for a few bytes: a write of at most PIPE_BUF then never blocks
-            sys.stderr.flush()
-            os.write(fd, b"interrupted\n")
+        sys.stderr.flush()
+        write_now(fd, b"interrupted\n")
 
 
 def _discard_stdout() -> None:

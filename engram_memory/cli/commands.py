@@ -235,6 +235,11 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
         ) from None
     try:
         interrupted = anyio.run(_serve_until_interrupted, serve_stdio, service, binding)
+    except BaseExceptionGroup as group:  # a second Ctrl-C raised inside the server's task group
+        interrupts, rest = group.split(KeyboardInterrupt)
+        if interrupts is None or rest is not None:
+            raise
+        interrupted = True
     finally:
         service.close()
     if interrupted:
