@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
@@ -23,19 +24,41 @@ def _open_fds() -> set[str]:
     return {path.name for path in Path("/proc/self/fd").iterdir()}
 
 
-@pytest.fixture(name="full_pipe")
-def _full_pipe() -> Iterator[tuple[int, int]]:
-    """A pipe whose write end (blocking, as a client's would be) has no room left."""
+def filled(kind: str) -> tuple[int, int]:
+    """A pipe or a socket (as a Node.js client gives its child) with no room left: (the reading end, the
+    writing end, which blocks as a client's would)."""
+    if kind == "socket":
+        theirs, ours = socket.socketpair()
+        theirs.settimeout(0)
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                theirs.send(b"y" * 4096)
+        theirs.settimeout(None)
+        return ours.detach(), theirs.detach()
     read, write = os.pipe()
-    filler = _nonblocking.reopened_pipe(write)
+    filler = _nonblocking.reopened_pipe(write)  # a non-blocking open file of its own: ``write`` stays blocking
     assert filler is not None
-    try:
+    with contextlib.suppress(BlockingIOError):
         while True:
             os.write(filler, b"y" * 4096)
-    except BlockingIOError:
-        pass
+    os.close(filler)
+    return read, write
+
+
+@contextlib.contextmanager
+def default_socket_timeout(seconds: float) -> Iterator[None]:
+    """``socket.setdefaulttimeout(seconds)`` meanwhile, as a host may set it."""
+    before = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(seconds)
+    try:
+        yield
     finally:
-        os.close(filler)
+        socket.setdefaulttimeout(before)
+
+
+@pytest.fixture(name="full_pipe")
+def _full_pipe() -> Iterator[tuple[int, int]]:
+    read, write = filled("pipe")
     yield read, write
     os.close(read)
     os.close(write)
@@ -76,15 +99,13 @@ def test_without_proc_a_pipe_gets_at_most_one_atomic_write(
 
 def test_a_full_socket_takes_what_fits_and_keeps_its_mode() -> None:
     ours, theirs = socket.socketpair()
-    before = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(5)
     try:
-        first = write_now(ours.fileno(), DATA * 20)
-        assert 0 < first < len(DATA) * 20
-        assert write_now(ours.fileno(), DATA) == 0  # full now: nothing, at once
+        with default_socket_timeout(5):
+            first = write_now(ours.fileno(), DATA * 20)
+            assert 0 < first < len(DATA) * 20
+            assert write_now(ours.fileno(), DATA) == 0  # full now: nothing, at once
         assert os.get_blocking(ours.fileno()) is True
     finally:
-        socket.setdefaulttimeout(before)
         ours.close()
         theirs.close()
 

@@ -19,6 +19,7 @@ import anyio
 
 from engram_memory.adapters._nonblocking import reopened_pipe
 from engram_memory.adapters._stdout import StdoutWrites, _writer, claimed_stdout
+from tests.test_nonblocking_writes import default_socket_timeout, filled
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux descriptors and /proc")
 
@@ -272,10 +273,8 @@ def test_a_pipe_that_cannot_be_opened_again_is_written_in_a_worker_thread(monkey
 def test_a_socket_object_ignores_the_hosts_default_timeout() -> None:
     """``socket.setdefaulttimeout`` would make each send wait in the event loop and leave the socket non-blocking."""
     ours, theirs = socket.socketpair()
-    before = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(3)
     try:
-        with _writer(ours.fileno()) as writes:
+        with default_socket_timeout(3), _writer(ours.fileno()) as writes:
 
             async def write_briefly() -> float:
                 started = time.monotonic()
@@ -286,7 +285,6 @@ def test_a_socket_object_ignores_the_hosts_default_timeout() -> None:
             assert anyio.run(write_briefly) < 2
         assert os.get_blocking(ours.fileno()) is True
     finally:
-        socket.setdefaulttimeout(before)
         ours.close()
         theirs.close()
 
@@ -302,29 +300,9 @@ print("after", flush=True)
 """
 
 
-def _full_stderr(kind: str) -> tuple[int, int]:
-    """A pipe or a socket (as a Node.js client gives its child) with no room left: (our end, the child's stderr)."""
-    if kind == "socket":
-        theirs, ours = socket.socketpair()
-        theirs.settimeout(0)
-        with contextlib.suppress(BlockingIOError):
-            while True:
-                theirs.send(b"x" * 4096)
-        theirs.settimeout(None)  # the child's end blocks, as a client's would
-        return ours.detach(), theirs.detach()
-    read, write = os.pipe()
-    filler = reopened_pipe(write)  # a non-blocking open file of its own: the child's stays blocking
-    assert filler is not None
-    with contextlib.suppress(BlockingIOError):
-        while True:
-            os.write(filler, b"x" * 4096)
-    os.close(filler)
-    return read, write
-
-
 @pytest.mark.parametrize("kind", ["pipe", "socket"])
 def test_stray_output_flushed_to_a_full_stderr_does_not_hold_the_exit(kind: str) -> None:
-    ours, stderr = _full_stderr(kind)
+    ours, stderr = filled(kind)
     env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
     try:
         ran = subprocess.run(

@@ -82,13 +82,10 @@ def screen_json_bodies(app: ASGIApp, *, max_body_bytes: int = DEFAULT_MAX_REQUES
         if scope["type"] != "http" or scope.get("method") != "POST":
             await app(scope, receive, send)
             return
-        if _declared_length(scope) > max_body_bytes:
-            await _answer(send, 413, b"text/plain; charset=utf-8", _TOO_LARGE)
-            return
-        body = await _read_body(receive, max_body_bytes)
+        body = _TooLarge() if _declared_length(scope) > max_body_bytes else await _read_body(receive, max_body_bytes)
         if body is None:  # the client left
             return
-        if isinstance(body, _TooLarge):
+        if isinstance(body, _TooLarge):  # declared, or grown as it arrived: the rest is not read
             await _answer(send, 413, b"text/plain; charset=utf-8", _TOO_LARGE)
             return
         screen = await _screened_while_connected(body, receive, screens)
@@ -106,7 +103,7 @@ def screen_json_bodies(app: ASGIApp, *, max_body_bytes: int = DEFAULT_MAX_REQUES
 
 
 class _TooLarge:
-    """A body that grew past the limit as it arrived."""
+    """A body over the limit, as declared by its ``Content-Length`` or as it arrived."""
 
 
 def _declared_length(scope: Scope) -> int:
