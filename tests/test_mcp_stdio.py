@@ -201,6 +201,57 @@ async def test_serve_stdio_announces_its_name_and_serves_its_binding(tmp_path: P
     assert envelope["error"] == {"code": "NOT_FOUND", "message": "memory target not found", "retriable": False}
 
 
+TWO_SERVERS_SCRIPT = """
+import sys
+import anyio
+from engram_memory import HostBinding, connect
+from engram_memory.adapters.mcp import serve_stdio
+
+binding = HostBinding(tenant_id="acme", workspace_id="platform", principal="alice", agent_id="agent",
+                      session="stdio", purpose_ref="engineering-decisions",
+                      tools=frozenset({"engram_memory_get"}))
+
+async def main():
+    service = connect("memory:")
+    async with anyio.create_task_group() as group:
+        group.start_soon(serve_stdio, service, binding)
+        await anyio.sleep(0.2)
+        try:
+            await serve_stdio(service, binding)
+        except RuntimeError as exc:
+            print("second:", exc, file=sys.stderr, flush=True)
+    await serve_stdio(service, binding)  # once the first has returned, stdin (at its end) may be served again
+    print("third returned", file=sys.stderr, flush=True)
+
+anyio.run(main)
+"""
+
+
+def test_a_second_serve_stdio_in_the_process_is_refused_and_the_first_serves_on() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-c", TWO_SERVERS_SCRIPT],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        assert process.stdin is not None
+        refused = process.stderr.readline()  # before the first server's input ends
+        assert refused == b"second: serve_stdio is already serving this process's stdin and stdout\n"
+        params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+        request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}
+        stdout, stderr = process.communicate(json.dumps(request).encode() + b"\n", timeout=TIMEOUT)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 0, stderr
+    answers = [json.loads(line) for line in stdout.splitlines()]
+    assert [answer["id"] for answer in answers] == [1]  # one answer, from the first server
+    assert answers[0]["result"]["serverInfo"]["name"] == "engram-memory"
+    assert stderr == b"third returned\n"
+
+
 PENDING = (sys.executable, "-m", "engram_memory", "pending")
 
 
@@ -343,6 +394,29 @@ def _nothing_pending(db: Path) -> bool:
 def _capture_line(arguments: dict[str, Any], ident: int) -> bytes:
     call = {"jsonrpc": "2.0", "id": ident, "method": "tools/call"}
     return json.dumps({**call, "params": {"name": "engram_memory_capture", "arguments": arguments}}).encode()
+
+
+def test_a_client_that_closes_the_servers_output_ends_it_cleanly_and_its_capture_commits_whole(
+    tmp_path: Path,
+) -> None:
+    """The answer meets EPIPE: status 0 and nothing on stderr (it was status 1 and a traceback)."""
+    db = tmp_path / "memory.db"
+    server = _RawServer(db)
+    try:
+        server.initialize()
+        assert server.process.stdout is not None
+        server.process.stdout.close()  # the client's end of the server's stdout
+        server.send(_capture_line(capture_args("Closed output, committed capture."), 7))
+        assert server.process.wait(timeout=TIMEOUT) == 0  # stdin is still open: the closed output ended it
+        assert server.process.stderr is not None
+        assert server.process.stderr.read() == b""
+    finally:
+        server.stop()
+    assert not _nothing_pending(db)  # the capture whose answer nobody could read is committed
+    verified = subprocess.run(  # our own console command
+        [sys.executable, "-m", "engram_memory", "verify", "--db", str(db)], capture_output=True, check=False
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
 def test_a_line_that_is_not_utf8_is_answered_parse_error_and_nothing_is_captured(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import socket
 import subprocess
@@ -18,7 +19,7 @@ pytest.importorskip("mcp")
 import anyio
 
 from engram_memory.adapters._nonblocking import reopened_pipe
-from engram_memory.adapters._stdout import StdoutWrites, _writer, claimed_stdout
+from engram_memory.adapters._stdout import OutputClosedError, StdoutWrites, _writer, claimed_stdout
 from tests.test_nonblocking_writes import default_socket_timeout, filled
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux descriptors and /proc")
@@ -119,19 +120,40 @@ def test_a_socket_nobody_reads_is_written_from_the_event_loop_its_mode_untouched
     assert (MESSAGE * 20).encode("utf-8").startswith(received)
 
 
-def test_a_write_to_a_pipe_whose_reader_closed_raises() -> None:
+def test_a_write_to_a_pipe_whose_reader_closed_says_the_client_closed_it() -> None:
     read, write = os.pipe()
     private = reopened_pipe(write)
     assert private is not None
     os.close(read)
     try:
-        with pytest.raises(BrokenPipeError):
-            anyio.run(StdoutWrites(write, in_loop=False).write, "{}\n")
-        with pytest.raises(BrokenPipeError):
-            anyio.run(StdoutWrites(private, in_loop=True).write, "{}\n")
+        for writes in (StdoutWrites(write, in_loop=False), StdoutWrites(private, in_loop=True)):
+            with pytest.raises(OutputClosedError) as raised:
+                anyio.run(writes.write, "{}\n")
+            assert isinstance(raised.value.__cause__, BrokenPipeError)
     finally:
         os.close(private)
         os.close(write)
+
+
+def test_a_write_to_a_socket_whose_peer_closed_says_the_client_closed_it() -> None:
+    ours, peer = socket.socketpair()
+    with ours:
+        peer.sendall(b"unread")  # closing with unread data resets the connection
+        peer.close()
+        writes = StdoutWrites(ours.fileno(), in_loop=True, write_now=lambda data: ours.send(data, socket.MSG_DONTWAIT))
+        with pytest.raises(OutputClosedError) as raised:
+            anyio.run(writes.write, "{}\n")
+        assert isinstance(raised.value.__cause__, (BrokenPipeError, ConnectionResetError))
+
+
+def test_a_write_refused_for_another_reason_keeps_its_error() -> None:
+    read_only = os.open(os.devnull, os.O_RDONLY)
+    try:
+        with pytest.raises(OSError, match="Bad file descriptor") as raised:  # not the client leaving
+            anyio.run(StdoutWrites(read_only, in_loop=True).write, "{}\n")
+        assert raised.value.errno == errno.EBADF
+    finally:
+        os.close(read_only)
 
 
 CLAIMING_SCRIPT = """

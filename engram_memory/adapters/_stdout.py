@@ -35,10 +35,14 @@ from engram_memory.adapters._nonblocking import reopened_pipe, socket_of, write_
 if sys.platform != "win32":
     import fcntl
 
-__all__ = ["StdoutWrites", "claimed_stdout"]
+__all__ = ["OutputClosedError", "StdoutWrites", "claimed_stdout"]
 
 _STDOUT = 1
 _STDERR = 2
+
+
+class OutputClosedError(Exception):
+    """The client closed its end of the protocol stream (``EPIPE`` or ``ECONNRESET``): nobody reads the answers."""
 
 
 class StdoutWrites:
@@ -59,11 +63,16 @@ class StdoutWrites:
 
         Raises:
             UnicodeEncodeError: ``text`` holds a lone surrogate.
-            OSError: the descriptor refuses the write (``BrokenPipeError`` once the client closed it).
+            OutputClosedError: the client closed its end (from the ``BrokenPipeError`` or
+                ``ConnectionResetError`` of the write); part of ``text`` may have been written.
+            OSError: the descriptor refuses the write for another reason.
         """
         data = memoryview(text.encode("utf-8"))
-        while data:
-            data = data[await self._write_some(data) :]
+        try:
+            while data:
+                data = data[await self._write_some(data) :]
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise OutputClosedError("the client closed its end of the protocol stream") from exc
 
     async def flush(self) -> None:
         """Nothing is buffered: each :meth:`write` returns once its bytes are written."""

@@ -52,6 +52,7 @@ import functools
 import inspect
 import logging
 import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from typing import Any, Final, TypeAlias, TypeVar, cast
@@ -74,7 +75,7 @@ try:
     from engram_memory.adapters._http_screen import ASGIApp, screen_json_bodies
     from engram_memory.adapters._stdin import StdinLines
     from engram_memory.adapters._stdio_relay import AnsweringReads
-    from engram_memory.adapters._stdout import claimed_stdout
+    from engram_memory.adapters._stdout import OutputClosedError, claimed_stdout
 except ImportError as exc:  # the extra is not installed (or is another SDK version)
     _message = f"{__name__} needs {MCP_EXTRA} ({exc})"
     if isinstance(exc, ModuleNotFoundError):  # stays one, so pytest.importorskip still skips
@@ -96,6 +97,8 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+_STDIO_IN_USE: Final = threading.Lock()
+"""Held while :func:`serve_stdio` serves: the process has one stdin and one stdout."""
 
 DEFAULT_SERVER_NAME: Final = "engram-memory"
 INTERNAL_ERROR_MESSAGE: Final = "Internal server error"
@@ -262,7 +265,12 @@ def build_server(
 
 
 async def serve_stdio(service: MemoryService, binding: HostBinding, *, name: str = DEFAULT_SERVER_NAME) -> None:
-    """Serve ``service`` over stdin/stdout for one fixed (single-tenant) ``binding`` until EOF.
+    """Serve ``service`` over stdin/stdout for one fixed (single-tenant) ``binding`` until the client leaves.
+
+    It returns at the end of input, and also when the client closes its end of stdout (an answer
+    then meets ``EPIPE`` or ``ECONNRESET``): nobody can read what follows, so the requests in
+    progress are cancelled, and a mutation already running in its worker thread still commits
+    or rolls back whole.
 
     Standard input is read and standard output written in the event loop
     (:mod:`engram_memory.adapters._stdin`, :mod:`engram_memory.adapters._stdout`), so a
@@ -285,7 +293,20 @@ async def serve_stdio(service: MemoryService, binding: HostBinding, *, name: str
     ``audit_id`` (a fresh audit id is made per call). Without a host confirmation channel,
     ``withdraw`` and ``forget`` answer JSON-RPC ``-32603``; leave them out of ``binding.tools``
     if the agent should not see them. Log to stderr only: stdout is the protocol stream.
+
+    Raises:
+        RuntimeError: another :func:`serve_stdio` of this process is serving (there is one stdin
+            and one stdout); nothing is read or written.
     """
+    if not _STDIO_IN_USE.acquire(blocking=False):
+        raise RuntimeError("serve_stdio is already serving this process's stdin and stdout")
+    try:
+        await _serve_stdio(service, binding, name)
+    finally:
+        _STDIO_IN_USE.release()
+
+
+async def _serve_stdio(service: MemoryService, binding: HostBinding, name: str) -> None:
     server = build_server(service, lambda _ctx: binding, name=name)
     lines = StdinLines(sys.stdin.fileno())
     stdin = cast("anyio.AsyncFile[str]", lines)  # iterated for lines only
@@ -296,7 +317,11 @@ async def serve_stdio(service: MemoryService, binding: HostBinding, *, name: str
                 reads = AnsweringReads(read_stream, write_stream, lines.refusals)
                 await server.run(reads, reads.writes(write_stream), server.create_initialization_options())
     except BaseExceptionGroup as group:
-        # a line read while the server was shutting down meets its closed stream: not a failure
-        _, rest = group.split((anyio.BrokenResourceError, anyio.ClosedResourceError))
+        closed, rest = group.split(OutputClosedError)
+        if rest is not None:
+            # a line read while the server was shutting down meets its closed stream: not a failure
+            _, rest = rest.split((anyio.BrokenResourceError, anyio.ClosedResourceError))
         if rest is not None:
             raise rest from None
+        if closed is not None:
+            _log.info("stdio client closed its end of stdout; the server stops")
