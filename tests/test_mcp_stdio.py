@@ -7,6 +7,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -35,6 +36,9 @@ WORKSPACE = "platform"
 PRINCIPAL = "alice"
 PURPOSE = "engineering-decisions"
 TIMEOUT = 30
+INITIALIZE_PARAMS = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+RAW_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE_PARAMS}
+"""What a client without the SDK sends first."""
 
 
 def server_command(db: Path) -> list[str]:
@@ -237,11 +241,10 @@ def test_a_second_serve_stdio_in_the_process_is_refused_and_the_first_serves_on(
     try:
         assert process.stderr is not None
         assert process.stdin is not None
+        assert select.select([process.stderr], [], [], TIMEOUT)[0], "the second serve_stdio said nothing"
         refused = process.stderr.readline()  # before the first server's input ends
         assert refused == b"second: serve_stdio is already serving this process's stdin and stdout\n"
-        params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
-        request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}
-        stdout, stderr = process.communicate(json.dumps(request).encode() + b"\n", timeout=TIMEOUT)
+        stdout, stderr = process.communicate(json.dumps(RAW_INITIALIZE).encode() + b"\n", timeout=TIMEOUT)
     finally:
         process.kill()
         process.wait()
@@ -298,8 +301,7 @@ class _RawServer:
         return message
 
     def initialize(self) -> None:
-        params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
-        assert "result" in self.request("initialize", params)
+        assert "result" in self.request("initialize", INITIALIZE_PARAMS)
         self.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
 
     def stop(self) -> None:
@@ -417,6 +419,44 @@ def test_a_client_that_closes_the_servers_output_ends_it_cleanly_and_its_capture
         [sys.executable, "-m", "engram_memory", "verify", "--db", str(db)], capture_output=True, check=False
     )
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_client_that_closes_the_one_socket_of_both_streams_with_answers_unread_ends_it_cleanly(
+    tmp_path: Path,
+) -> None:
+    """One socket for stdin and stdout (socat, inetd): the server's read then meets ECONNRESET."""
+    db = tmp_path / "memory.db"
+    client, served = socket.socketpair()
+    with client:
+        with served:
+            process = subprocess.Popen(  # our own console command
+                server_command(db),
+                stdin=served.fileno(),
+                stdout=served.fileno(),
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        try:
+            client.sendall(json.dumps(RAW_INITIALIZE).encode() + b"\n")
+            assert select.select([client], [], [], TIMEOUT)[0], "the server sent no message"
+            assert b'"id":1' in client.recv(1 << 16)
+            client.sendall(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+            client.sendall(_capture_line(capture_args("One socket, closed with its answer unread."), 2) + b"\n")
+            assert select.select([client], [], [], TIMEOUT)[0], "the server sent no answer"  # left unread
+        except BaseException:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
+    try:
+        assert process.wait(timeout=TIMEOUT) == 0
+        assert process.stderr is not None
+        assert process.stderr.read() == b""
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
+    assert not _nothing_pending(db)
 
 
 def test_a_line_that_is_not_utf8_is_answered_parse_error_and_nothing_is_captured(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -82,6 +83,26 @@ def test_an_empty_input_has_no_lines() -> None:
         assert anyio.run(_lines, read) == []
     finally:
         os.close(read)
+
+
+def _reset_by_the_client() -> socket.socket:
+    """Our end of a socket whose client sent two lines, then closed with our answer unread in its queue."""
+    ours, client = socket.socketpair()
+    client.sendall(b'{"jsonrpc": "2.0"}\n{"k": 1}\n')
+    ours.sendall(b"an answer the client never reads\n")
+    client.close()
+    return ours
+
+
+def test_a_socket_the_client_reset_ends_the_input_after_the_lines_read() -> None:
+    """``ECONNRESET`` is the end of input, where it used to stop the server with a traceback."""
+    with _reset_by_the_client() as plain:
+        assert os.read(plain.fileno(), 1 << 16) == b'{"jsonrpc": "2.0"}\n{"k": 1}\n'
+        with pytest.raises(ConnectionResetError):  # what a plain read gets once the lines are read
+            os.read(plain.fileno(), 1 << 16)
+    with _reset_by_the_client() as ours:
+        read = anyio.run(_lines, ours.fileno())
+    assert read == [('{"jsonrpc": "2.0"}', (-32600, None)), ('{"k": 1}', (-32600, None))]
 
 
 def test_waiting_for_a_line_is_cancellable() -> None:

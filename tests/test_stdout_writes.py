@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import select
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -135,15 +137,28 @@ def test_a_write_to_a_pipe_whose_reader_closed_says_the_client_closed_it() -> No
         os.close(write)
 
 
-def test_a_write_to_a_socket_whose_peer_closed_says_the_client_closed_it() -> None:
-    ours, peer = socket.socketpair()
-    with ours:
-        peer.sendall(b"unread")  # closing with unread data resets the connection
+def _left_socket(how: str) -> socket.socket:
+    """Our end of a connection the client left: ``closed`` (a UNIX socket) or ``reset`` (TCP, RST sent)."""
+    if how == "closed":
+        ours, peer = socket.socketpair()
         peer.close()
+        return ours
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        ours = socket.create_connection(listener.getsockname())
+        peer, _ = listener.accept()
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+    peer.close()
+    select.select([ours], [], [], 5)  # the reset has arrived: the socket reads (an error)
+    return ours
+
+
+@pytest.mark.parametrize(("how", "cause"), [("closed", BrokenPipeError), ("reset", ConnectionResetError)])
+def test_a_write_to_a_socket_the_client_left_says_the_client_closed_it(how: str, cause: type[OSError]) -> None:
+    with _left_socket(how) as ours:
         writes = StdoutWrites(ours.fileno(), in_loop=True, write_now=lambda data: ours.send(data, socket.MSG_DONTWAIT))
         with pytest.raises(OutputClosedError) as raised:
             anyio.run(writes.write, "{}\n")
-        assert isinstance(raised.value.__cause__, (BrokenPipeError, ConnectionResetError))
+        assert type(raised.value.__cause__) is cause
 
 
 def test_a_write_refused_for_another_reason_keeps_its_error() -> None:

@@ -109,12 +109,19 @@ class StdinLines:
             self._buffer += chunk
 
     async def _read(self) -> bytes:
-        """What ``fd`` holds now (``b""`` at EOF), waiting for it in the event loop when it can."""
-        if self._pollable:
-            try:
-                await anyio.wait_readable(self._fd)
-            except (OSError, NotImplementedError):  # a regular file, or a loop without readers
-                self._pollable = False
-            else:
-                return os.read(self._fd, _CHUNK)
-        return await anyio.to_thread.run_sync(os.read, self._fd, _CHUNK)
+        """What ``fd`` holds now (``b""`` at EOF), waiting for it in the event loop when it can.
+
+        A connection reset by the client (``ECONNRESET``: a socket it closed while our answers sat
+        unread in its queue) is the end of input too: nothing more will come.
+        """
+        try:
+            if self._pollable:
+                try:
+                    await anyio.wait_readable(self._fd)
+                except (OSError, NotImplementedError):  # a regular file, or a loop without readers
+                    self._pollable = False
+                else:
+                    return os.read(self._fd, _CHUNK)
+            return await anyio.to_thread.run_sync(os.read, self._fd, _CHUNK)
+        except ConnectionResetError:
+            return b""

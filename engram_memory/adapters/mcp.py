@@ -267,8 +267,9 @@ def build_server(
 async def serve_stdio(service: MemoryService, binding: HostBinding, *, name: str = DEFAULT_SERVER_NAME) -> None:
     """Serve ``service`` over stdin/stdout for one fixed (single-tenant) ``binding`` until the client leaves.
 
-    It returns at the end of input, and also when the client closes its end of stdout (an answer
-    then meets ``EPIPE`` or ``ECONNRESET``): nobody can read what follows, so the requests in
+    It returns at the end of input (a connection reset by the client is one), and also when the
+    client has closed its end of stdout, once an answer meets ``EPIPE`` or ``ECONNRESET`` (an
+    idle server notices at its next answer): nobody can read what follows, so the requests in
     progress are cancelled, and a mutation already running in its worker thread still commits
     or rolls back whole.
 

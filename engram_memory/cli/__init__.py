@@ -32,8 +32,9 @@ without ``--key-file`` on a new database, create a key file (``PATH.key``); othe
 key file is named in one line, and a key that does not open the vault is refused.
 
 Every failure ends in one line on standard error and exit status 1 (argparse's usage errors: 2);
-a closed output pipe (``engram-memory demo | head -1``) ends the command quietly with status 1,
-and Ctrl-C with ``interrupted`` on standard error and status 130.
+a closed output pipe (``engram-memory demo | head -1``) ends the command quietly with status 1
+(``serve-mcp``: status 0, its client has ended the session), and Ctrl-C with ``interrupted`` on
+standard error and status 130.
 
 This module holds the argument parser and :func:`main`; the commands live in
 :mod:`~engram_memory.cli.demo` (``demo``) and :mod:`~engram_memory.cli.commands` (the others),
