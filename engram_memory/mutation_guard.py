@@ -44,7 +44,7 @@ from engram_memory.ports import (
     StoreReader,
     UnitOfWork,
 )
-from engram_memory.records import authorization_for
+from engram_memory.records import authorization_for, defaulted_payload
 from engram_memory.store_access import read_view
 from engram_memory.wire.args import CaptureArgs, ForgetArgs, RequestAdmissionArgs, WithdrawArgs
 from engram_memory.wire.converter import unstructure_args
@@ -133,8 +133,15 @@ class MutationGuard:
         )
 
     def intent(self, tool: str, args: Mutation) -> str:
-        """The idempotency intent: digest of (tool, canonical arguments), never time or receipts."""
-        return digest(Domain.IDEMPOTENCY_INTENT, {"tool": tool, "arguments": unstructure_args(args)})
+        """The idempotency intent: digest of (tool, canonical arguments), never time or receipts.
+
+        A capture's payload counts with its defaults filled in: a retry that spells out the
+        default ``retention`` or ``reconciliation`` it first omitted (or the reverse) is a replay.
+        """
+        arguments = unstructure_args(args)
+        if isinstance(args, CaptureArgs):
+            arguments["payload"] = defaulted_payload(arguments["payload"])
+        return digest(Domain.IDEMPOTENCY_INTENT, {"tool": tool, "arguments": arguments})
 
     def now(self, binding: HostBinding) -> datetime:
         """The current instant, or ``DEADLINE_EXCEEDED`` when the binding's deadline has passed."""
@@ -189,14 +196,27 @@ class MutationGuard:
 
         return self.commit(binding.scope, work)
 
-    def bound_confirmation(self, tool: str, args: Mutation, binding: HostBinding) -> Confirmation | None:
-        """The binding's confirmation when the tool needs one, checked against this operation.
+    def confirmation_required(self, tool: str, binding: HostBinding) -> bool:
+        """Whether this mutation needs a confirmation (the policy is asked once per call).
+
+        Raises:
+            ProtocolError: -32603 when it does and ``binding`` carries none.
+            EngramError: ``POLICY_UNAVAILABLE`` when the policy fails.
+        """
+        required = tool in ALWAYS_GATED or self._policy.requires_confirmation(tool, binding)
+        if required and binding.confirmation is None:
+            raise ProtocolError.untrusted_context("confirmation reference missing")
+        return required
+
+    def bound_confirmation(
+        self, tool: str, args: Mutation, binding: HostBinding, *, required: bool
+    ) -> Confirmation | None:
+        """The binding's confirmation when ``required``, checked against this operation.
 
         Raises:
             ProtocolError: -32603 when a required confirmation is missing.
             EngramError: ``gate_failed`` when it names another tool, target or operation.
         """
-        required = tool in ALWAYS_GATED or self._policy.requires_confirmation(tool, binding)
         if not required:
             return None
         confirmation = binding.confirmation
@@ -220,28 +240,34 @@ class MutationGuard:
         able to reuse the approval the first attempt consumed. A call with the same key and
         approval that commits between the idempotency lookup and the gate has consumed the
         approval: the gate's refusal is then answered by looking the key up again, as a replay.
+
+        A required confirmation that is missing is -32603 before the key is looked up: a call
+        without one learns nothing of the stored state (not even ``DIGEST_CONFLICT``).
         """
+        required = self.confirmation_required(tool, binding)
         replay = self.replay(binding, tool, args)
         if replay is None:
             try:
-                return None, self.gate(tool, args, binding, now)
+                return None, self.gate(tool, args, binding, now, required=required)
             except EngramError as refusal:
                 if refusal.code is not ErrorCode.GATE_FAILED:
                     raise
                 replay = self.replay(binding, tool, args)  # committed meanwhile by the same call?
                 if replay is None:
                     raise
-        self.bound_confirmation(tool, args, binding)
+        self.bound_confirmation(tool, args, binding, required=required)
         return replay, None
 
-    def gate(self, tool: str, args: Mutation, binding: HostBinding, now: datetime) -> Confirmation | None:
-        """A valid, unused confirmation for this call, or ``None`` when none is required.
+    def gate(
+        self, tool: str, args: Mutation, binding: HostBinding, now: datetime, *, required: bool
+    ) -> Confirmation | None:
+        """A valid, unused confirmation for this call, or ``None`` when none is ``required``.
 
         Raises:
             ProtocolError: -32603 when a required confirmation is missing.
             EngramError: ``gate_failed`` for another operation, outside the time windows, or reused.
         """
-        confirmation = self.bound_confirmation(tool, args, binding)
+        confirmation = self.bound_confirmation(tool, args, binding, required=required)
         if confirmation is None:
             return None
         approval_wait = confirmation.approved_at - confirmation.requested_at

@@ -61,12 +61,22 @@ def candidate_id_for(scope: str, principal: str, idempotency_key: str) -> str:
     return "candidate_" + identity.removeprefix("sha256:")
 
 
-def complete_payload(payload: dict[str, Any], scope: str) -> dict[str, Any]:
-    """The payload as digested and stored: scope injected, retention and reconciliation defaulted."""
+def defaulted_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload with its omitted ``retention`` and ``reconciliation`` set to their defaults.
+
+    An omitted member and its default spelled out are the same content (one payload digest, one
+    idempotency intent).
+    """
     completed = dict(payload)
-    completed["scope_ref"] = scope
     completed.setdefault("retention", dict(DEFAULT_RETENTION))
     completed.setdefault("reconciliation", {"family_refs": []})
+    return completed
+
+
+def complete_payload(payload: dict[str, Any], scope: str) -> dict[str, Any]:
+    """The payload as digested and stored: scope injected, retention and reconciliation defaulted."""
+    completed = defaulted_payload(payload)
+    completed["scope_ref"] = scope
     return completed
 
 

@@ -32,7 +32,7 @@ from engram_memory.clock import SystemClock
 from engram_memory.clock_guard import GuardedClock
 from engram_memory.context import Confirmation, HostBinding
 from engram_memory.errors import EngramError, ErrorCode, ProtocolError
-from engram_memory.mutation_guard import Mutation, operation_target
+from engram_memory.mutation_guard import ALWAYS_GATED, Mutation, operation_target
 from engram_memory.page_cursor import lifetime_ms
 from engram_memory.policy import DefaultPolicy
 from engram_memory.policy_guard import GuardedPolicy
@@ -233,9 +233,15 @@ class MemoryService:
             raise ProtocolError.untrusted_context("host binding confirmation is malformed") from exc
 
     def _check_grant(self, tool: object, binding: HostBinding) -> None:
-        """-32602 unless ``tool`` is the name (a ``str``) of a tool this binding is granted."""
+        """-32602 unless ``tool`` is the name (a ``str``) of a tool this binding is granted.
+
+        Then -32603 for withdraw or forget without a confirmation: they always need one, so the
+        call is refused before its arguments, its deadline or the stored state are looked at.
+        """
         if not isinstance(tool, str) or tool not in ARGS_BY_TOOL or tool not in self._granted(binding):
             raise ProtocolError.unknown_tool("tool unknown or not granted")
+        if tool in ALWAYS_GATED and binding.confirmation is None:
+            raise ProtocolError.untrusted_context("confirmation reference missing")
 
     def _guard(self, tool: str, binding: HostBinding, args: object) -> None:
         """The checks every typed operation starts with: its argument class, the binding, the grant."""

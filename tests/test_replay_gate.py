@@ -11,7 +11,8 @@ import pytest
 from engram_memory import DefaultPolicy, ManualClock, MemoryService, ProtocolError
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.stores.memory import InMemoryStore
-from engram_memory.testing import capture_args, confirm, make_binding
+from engram_memory.testing import PolicyOverride, capture_args, confirm, make_binding
+from engram_memory.wire import ARGS_BY_TOOL, parse_args
 
 WITHDRAW = "engram_memory_withdraw"
 
@@ -59,3 +60,77 @@ def test_a_replay_with_a_confirmation_of_another_operation_fails_the_gate(setup:
         "message": "a confirmation or policy gate was not met",
         "retriable": False,
     }
+
+
+FORGET = "engram_memory_forget"
+CAPTURE_KEY = "replay-gate-capture-01"
+FORGET_ARGS = {"record_id": "mem_" + "a" * 26, "idempotency_key": "replay-gate-forget-01", "reason_ref": "erasure"}
+
+
+def _unconfirmed_calls(withdraw: dict[str, Any], clock: ManualClock) -> list[tuple[str, str, dict[str, Any], Any]]:
+    """(label, tool, arguments, deadline): calls that each had a memory answer when the confirmation came last."""
+    past = clock.now() - timedelta(seconds=1)
+    return [
+        (
+            "withdraw, key bound to the capture: DIGEST_CONFLICT",
+            WITHDRAW,
+            {**withdraw, "idempotency_key": CAPTURE_KEY},
+            None,
+        ),
+        (
+            "forget, key bound to the capture: DIGEST_CONFLICT",
+            FORGET,
+            {**FORGET_ARGS, "idempotency_key": CAPTURE_KEY},
+            None,
+        ),
+        ("withdraw, malformed: INVALID_SCHEMA", WITHDRAW, {**withdraw, "reason_ref": 7}, None),
+        ("forget, unknown argument: INVALID_SCHEMA", FORGET, {**FORGET_ARGS, "confirmed": True}, None),
+        ("withdraw, deadline passed: DEADLINE_EXCEEDED (retriable)", WITHDRAW, withdraw, past),
+        ("forget, deadline passed: DEADLINE_EXCEEDED (retriable)", FORGET, FORGET_ARGS, past),
+    ]
+
+
+def test_withdraw_and_forget_without_confirmation_are_refused_before_anything_else(setup: Any) -> None:
+    """They always need one: -32603 before the arguments, the deadline or the stored keys are looked at."""
+    service, clock, withdraw, approved = setup
+    for label, tool, arguments, deadline in _unconfirmed_calls(withdraw, clock):
+        unconfirmed = attrs.evolve(approved, confirmation=None, deadline=deadline)
+        with pytest.raises(ProtocolError) as caught:
+            service.call_tool(tool, arguments, unconfirmed)
+        assert int(caught.value.code) == -32603, label
+        if "INVALID_SCHEMA" in label:
+            continue
+        typed = parse_args(ARGS_BY_TOOL[tool], arguments)
+        call = service.withdraw if tool == WITHDRAW else service.forget
+        with pytest.raises(ProtocolError) as caught:
+            call(unconfirmed, typed)
+        assert int(caught.value.code) == -32603, label
+
+
+def test_a_policy_gated_capture_without_confirmation_learns_nothing_of_its_key() -> None:
+    """-32603 before the key is looked up (it was DIGEST_CONFLICT); the policy is asked once a call."""
+    asked: list[str] = []
+
+    def gate_everything(tool: str, _binding: Any) -> bool:
+        asked.append(tool)
+        return True
+
+    policy = PolicyOverride(DefaultPolicy(), requires_confirmation=gate_everything)
+    clock = ManualClock()
+    service = MemoryService(store=InMemoryStore(), vault=InMemoryKeyVault(), policy=policy, clock=clock)
+    binding = make_binding()
+    first = capture_args("replay-gate-capture-02")
+    assert service.call_tool(
+        "engram_memory_capture", first, confirm(service, "engram_memory_capture", first, binding, clock)
+    )["ok"]
+    asked.clear()
+    other = capture_args("replay-gate-capture-02", words=["other", "content", "same", "key"])
+    with pytest.raises(ProtocolError) as caught:
+        service.call_tool("engram_memory_capture", other, binding)
+    assert int(caught.value.code) == -32603
+    assert asked == ["engram_memory_capture"]
+    confirmed = confirm(service, "engram_memory_capture", other, binding, clock)
+    asked.clear()
+    conflict = service.call_tool("engram_memory_capture", other, confirmed)
+    assert conflict["error"]["code"] == "DIGEST_CONFLICT"  # a confirmed call is answered as before
+    assert asked == ["engram_memory_capture"]

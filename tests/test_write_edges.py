@@ -15,6 +15,7 @@ import attrs
 import pytest
 
 from engram_memory import DefaultPolicy, ErrorCode, JsonRpcCode, ManualClock, MemoryService, ProtocolError
+from engram_memory.canonical import Domain, digest
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.ports import AdmissionDecision, AdmissionRequest
 from engram_memory.stores.memory import InMemoryStore
@@ -269,6 +270,33 @@ def test_the_stored_intent_is_the_digest_of_tool_and_canonical_arguments(
     assert rows[(A.principal, make_key("intent-w"))].intent_digest == _intent("engram_memory_withdraw", withdraw)
     held = rows[(A.principal, make_key("intent-a"))]
     assert (held.intent_digest, held.response) == (_intent("engram_memory_request_admission", admission), b"")
+
+
+DEFAULTS_SPELLED_OUT = {"retention": {"derivative_rule": "make-ineligible"}, "reconciliation": {"family_refs": []}}
+
+
+@pytest.mark.parametrize("first_spells_out", [False, True])
+def test_a_capture_retried_with_its_payload_defaults_spelled_out_or_omitted_is_a_replay(
+    store: InMemoryStore, clock: ManualClock, first_spells_out: bool
+) -> None:
+    """One content, one intent: the stored intent is over the payload with its defaults filled in."""
+    harness = _harness(store, InMemoryKeyVault(), clock)
+    key = make_key("defaults-spelled-out")
+    omitted = capture_args(key)
+    spelled_out = capture_args(key)
+    spelled_out["payload"].update(DEFAULTS_SPELLED_OUT)
+    first, retry = (spelled_out, omitted) if first_spells_out else (omitted, spelled_out)
+    original = ok(harness.call(CAPTURE, first, A))
+    assert original["status"] == "committed_pending"
+    assert ok(harness.call(CAPTURE, retry, A)) == {**original, "status": "duplicate_exact"}
+    for name, member in DEFAULTS_SPELLED_OUT.items():
+        partly = capture_args(key)
+        partly["payload"][name] = member
+        assert ok(harness.call(CAPTURE, partly, A))["status"] == "duplicate_exact", name
+    retain = capture_args(key, retention={"derivative_rule": "retain"})
+    fail(harness.call(CAPTURE, retain, A), ErrorCode.DIGEST_CONFLICT, retriable=False)  # other content
+    stored = store.raw_partition(A.scope).idempotency[(A.principal, key)].intent_digest
+    assert stored == digest(Domain.IDEMPOTENCY_INTENT, {"tool": CAPTURE, "arguments": spelled_out})
 
 
 @pytest.mark.parametrize("name", [["engram_memory_search"], {"engram_memory_search": 1}, 7, b"engram_memory_search"])
