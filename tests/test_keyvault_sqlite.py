@@ -6,6 +6,7 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from engram_memory.errors import (
     StoreUnavailableError,
 )
 from engram_memory.keyvaults.memory import InMemoryKeyVault
-from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, MasterKeyError, SQLiteKeyVault, _unwrap
+from engram_memory.keyvaults.sqlite import STALE_STAGING_SECONDS, VAULT_SCHEMA, MasterKeyError, SQLiteKeyVault, _unwrap
 from engram_memory.ports import KeyVault
 from engram_memory.stores.sqlite import MigrationLedgerError, SchemaVersionError, SQLiteStore
 from engram_memory.testing import KeyVaultConformance
@@ -417,6 +418,40 @@ def test_the_master_key_file_never_exists_half_written(tmp_path: Path, monkeypat
     assert len(key_path.read_bytes()) == 32
     assert key_path.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == []
+
+
+def test_what_a_killed_key_creation_left_is_removed_at_the_next_open(tmp_path: Path) -> None:
+    """A staging link to the key is a hidden copy of the master key; an old unlinked one protects nothing."""
+    key_path = tmp_path / "vault.key"
+    SQLiteKeyVault(tmp_path / "vault.db", master_key_file=key_path).close()
+    key = key_path.read_bytes()
+    linked = tmp_path / ".vault.key.0123456789abcdef.tmp"  # killed between the link and the unlink
+    os.link(key_path, linked)
+    old = tmp_path / ".vault.key.fedcba9876543210.tmp"  # killed before the link, long ago
+    old.write_bytes(os.urandom(32))
+    long_ago = time.time() - STALE_STAGING_SECONDS - 5
+    os.utime(old, (long_ago, long_ago))
+    young = tmp_path / ".vault.key.00000000000000aa.tmp"  # maybe a concurrent creation's, still in use
+    young.write_bytes(os.urandom(32))
+    kept = [tmp_path / ".other.key.0123456789abcdef.tmp", tmp_path / ".vault.key.not-a-staging.tmp"]
+    for path in kept:
+        os.link(key_path, path)  # links to the key, but not named as its staging files are
+    symlinked = tmp_path / ".vault.key.1111111111111111.tmp"
+    symlinked.symlink_to(key_path)
+    os.utime(symlinked, (long_ago, long_ago), follow_symlinks=False)
+
+    read_only = SQLiteKeyVault(tmp_path / "vault.db", master_key_file=key_path, read_only=True)
+    read_only.close()
+    assert linked.exists()  # a read-only open writes nothing
+    SQLiteKeyVault(tmp_path / "vault.db", master_key_file=key_path).close()
+
+    assert not linked.exists()
+    assert not old.exists()
+    assert young.exists()
+    assert all(path.exists() for path in kept)
+    assert symlinked.is_symlink()
+    assert key_path.read_bytes() == key
+    assert key_path.stat().st_nlink == 1 + len(kept)
 
 
 def test_without_hard_links_the_master_key_file_is_written_in_place(

@@ -30,10 +30,12 @@ import hashlib
 import hmac
 import logging
 import os
+import re
 import secrets
 import sqlite3
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -199,6 +201,38 @@ def _create_key_file(path: Path) -> bytes:
     return key
 
 
+_STAGING_NAME: Final = re.compile(r"\.(?P<name>.+)\.[0-9a-f]{16}\.tmp")
+"""The name :func:`_create_key_file` gives its staging file beside the key file ``name``."""
+STALE_STAGING_SECONDS: Final = 60.0
+"""A staging file that is no link to the key file is left alone until it is this old (a creation may be using it)."""
+
+
+def _remove_stale_staging(path: Path) -> None:
+    """Remove what a key creation killed before its clean-up left beside ``path`` (best effort).
+
+    A staging file that is another link to the key file (killed between the link and the unlink)
+    is a copy of the live master key under a hidden name, which would outlive the key file if an
+    operator removed it: it is removed at once. One that is not (killed before the link) holds a
+    key that protects nothing: it is removed once it is :data:`STALE_STAGING_SECONDS` old. Nothing
+    else is touched, and a symbolic link is never followed.
+    """
+    try:
+        key = path.stat()
+        entries = list(path.parent.iterdir())
+    except OSError:
+        return
+    for staging in entries:
+        match = _STAGING_NAME.fullmatch(staging.name)
+        if match is None or match["name"] != path.name:
+            continue
+        with suppress(OSError):
+            found = staging.lstat()
+            linked = (found.st_dev, found.st_ino) == (key.st_dev, key.st_ino)
+            stale = stat.S_ISREG(found.st_mode) and time.time() - found.st_mtime > STALE_STAGING_SECONDS
+            if linked or stale:
+                staging.unlink()
+
+
 def _write_new(path: Path, data: bytes) -> None:
     """Create ``path`` (mode 0600; ``FileExistsError`` if it exists), write ``data`` and sync it."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -329,6 +363,7 @@ class SQLiteKeyVault:
                     if stored is not None:
                         raise MasterKeyError("the master key file of an existing vault is missing")
                     master_key = _create_key_file(key_path)
+                _remove_stale_staging(key_path)
             key = master_key
 
             def seed(c: sqlite3.Connection) -> None:
