@@ -17,7 +17,7 @@ from engram_memory.admin import MemoryAdmin
 from engram_memory.cli import main
 from engram_memory.connect import connect
 from engram_memory.context import HostBinding, scope_key
-from engram_memory.errors import ErrorCode
+from engram_memory.errors import EngramError, ErrorCode
 from engram_memory.journal import VerifyReport
 from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, SQLiteKeyVault
 from engram_memory.policy_guard import GuardedPolicy
@@ -28,7 +28,7 @@ from engram_memory.testing.fakes import CAPTURE
 
 ACME = scope_key("acme", "platform")
 """The scope the demo writes to (its second tenant, globex, never gets a journal event)."""
-SUBCOMMANDS = ("demo", "verify", "stats", "pending", "adjudicate", "serve-mcp")
+SUBCOMMANDS = ("demo", "verify", "stats", "pending", "adjudicate", "reap-keys", "serve-mcp")
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
@@ -106,6 +106,42 @@ def test_stats_prints_journal_heights_and_counts(demo_db: Path, capsys: pytest.C
     assert status == 0
     counts = "candidate:admitted=1, candidate:pending=1, candidate:withdrawn=1, record:tombstoned=1"
     assert lines == [f"{ACME}: journal height 6; {counts}"]
+
+
+def test_reap_keys_destroys_the_doomed_keys_stats_shows(demo_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An accept dooms its candidate's key until a batch of 16; a process killed meanwhile leaves it doomed."""
+    service = connect(f"sqlite:///{demo_db}", policy=DefaultPolicy(admission="accept"))
+    try:
+        binding = make_binding("reap-tenant", "reap-workspace")
+        captured = ok(service.call_tool(CAPTURE, capture_args(make_key("reap-capture")), binding))
+        admission = {"candidate_id": captured["candidate_id"], "idempotency_key": make_key("reap-admit")}
+        assert ok(service.call_tool("engram_memory_request_admission", admission, binding))["outcome"]["status"] == (
+            "accepted"
+        )
+        doomed_scope = binding.scope
+        status, lines = _run(["stats", "--db", str(demo_db)], capsys)
+        assert status == 0
+        assert (
+            f"{doomed_scope}: journal height 2; candidate:admitted=1, keys:doomed=1, record:accepted_current=1" in lines
+        )
+        assert _run(["reap-keys", "--db", str(demo_db)], capsys) == (0, ["1 doomed key(s) destroyed"])
+        status, lines = _run(["stats", "--db", str(demo_db)], capsys)
+        assert f"{doomed_scope}: journal height 2; candidate:admitted=1, record:accepted_current=1" in lines
+        assert _run(["reap-keys", "--db", str(demo_db)], capsys) == (0, ["0 doomed key(s) destroyed"])
+    finally:
+        service.close()
+    assert _run(["verify", "--db", str(demo_db)], capsys)[0] == 0
+
+
+def test_reap_keys_says_when_the_vault_failed(
+    demo_db: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def vault_down(_admin: MemoryAdmin) -> int:
+        raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="a scope's keys not destroyed")
+
+    monkeypatch.setattr(MemoryAdmin, "reap_keys", vault_down)
+    failed = _exit_of(["reap-keys", "--db", str(demo_db)])
+    assert failed.code == "reap-keys: the key vault did not destroy every doomed key (they stay doomed): run it again"
 
 
 def test_verify_and_stats_leave_the_database_unchanged(demo_db: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,8 +3,9 @@
 ``engram-memory demo [--db PATH]`` walks through the whole governance model on an embedded
 SQLite file: a temporary one, deleted at the end, unless ``--db`` names a new file to keep (a demo
 that fails removes the files it created). ``pending`` lists one scope's
-pending candidates for the host's review (JSON lines, content included) and ``adjudicate``
-decides one as the host. ``verify --db PATH`` and
+pending candidates for the host's review (JSON lines, content included), ``adjudicate``
+decides one as the host, and ``reap-keys`` destroys the keys the scopes hold doomed (what a
+withdraw or forget killed before its key destruction leaves). ``verify --db PATH`` and
 ``stats --db PATH`` inspect an existing database through read-only connections and write nothing
 to its files: no checkpoint, not even after a crash left a write-ahead log, no ``-wal`` or
 ``-shm`` file created, and the keys an accept left doomed stay doomed. A store or vault file at
@@ -26,8 +27,8 @@ that is not valid UTF-8; messages show an id escaped (``repr()``) unless it is p
 ``demo --db PATH`` creates ``PATH`` exclusively, so two demos never share a file.
 
 The key vault ``PATH.vault`` opens under the master key in ``PATH.key`` beside the database or,
-with ``--key-file KEY`` (``verify``, ``stats``, ``pending``, ``adjudicate``, ``serve-mcp``), in
-``KEY``: a key kept apart from the database and its backups. Only ``demo``, and ``serve-mcp``
+with ``--key-file KEY`` (``verify``, ``stats``, ``pending``, ``adjudicate``, ``reap-keys``,
+``serve-mcp``), in ``KEY``: a key kept apart from the database and its backups. Only ``demo``, and ``serve-mcp``
 without ``--key-file`` on a new database, create a key file (``PATH.key``); otherwise a missing
 key file is named in one line, and a key that does not open the vault is refused.
 
@@ -55,7 +56,14 @@ from typing import Final
 
 from engram_memory.adapters._nonblocking import write_now
 from engram_memory.cli.commands import STDIO_TOOLS as STDIO_TOOLS
-from engram_memory.cli.commands import _cmd_adjudicate, _cmd_pending, _cmd_serve_mcp, _cmd_stats, _cmd_verify
+from engram_memory.cli.commands import (
+    _cmd_adjudicate,
+    _cmd_pending,
+    _cmd_reap_keys,
+    _cmd_serve_mcp,
+    _cmd_stats,
+    _cmd_verify,
+)
 from engram_memory.cli.demo import _cmd_demo
 from engram_memory.cli.demo import run_demo as run_demo
 from engram_memory.cli.messages import _OutputError
@@ -153,8 +161,9 @@ def _parser() -> argparse.ArgumentParser:
         "stats",
         help="counts per scope and state, and journal height",
         description=(
-            "Print, for every scope of an existing database, its journal height and how many candidates and "
-            "records are in each lifecycle state (on a database with no scope yet, it says so on standard error). "
+            "Print, for every scope of an existing database, its journal height, how many candidates and "
+            "records are in each lifecycle state, and how many keys wait to be destroyed (keys:doomed, when any: "
+            "reap-keys destroys them); on a database with no scope yet, it says so on standard error. "
             "Reads only; never prints content. A database or key vault at "
             "another schema version is refused, not migrated." + _KEY_FILE
         ),
@@ -200,6 +209,20 @@ def _parser() -> argparse.ArgumentParser:
         help="with --decision accept: accept even though the content was forgotten in the scope (re-admits it)",
     )
     adjudicate.set_defaults(run=_cmd_adjudicate)
+    reap = commands.add_parser(
+        "reap-keys",
+        help="destroy every scope's doomed keys (after a crash or a vault outage)",
+        description=(
+            "Destroy the data keys every scope holds doomed (MemoryAdmin.reap_keys): a withdraw or forget "
+            "killed between its commit and its key destruction leaves its key doomed, as does a vault outage, "
+            "and accepts destroy theirs in batches. stats shows them as keys:doomed. Opens the files "
+            "read-write. Prints how many keys it asked the vault to destroy; exits 1, with the keys still "
+            "doomed, if the vault failed for some scope (run it again)." + _KEY_FILE
+        ),
+    )
+    reap.add_argument("--db", required=True, help="the SQLite database file")
+    _key_file_argument(reap)
+    reap.set_defaults(run=_cmd_reap_keys)
     serve = commands.add_parser(
         "serve-mcp",
         help="serve search, get, capture and request_admission over MCP stdio for one fixed local scope",

@@ -92,11 +92,30 @@ def _cmd_stats(options: argparse.Namespace) -> int:
                     counts[f"candidate:{row.state}"] = counts.get(f"candidate:{row.state}", 0) + 1
                 for record in reader.records():
                     counts[f"record:{record.state}"] = counts.get(f"record:{record.state}", 0) + 1
+                if doomed := len(reader.doomed_keys()):
+                    counts["keys:doomed"] = doomed
                 summary = ", ".join(f"{key}={value}" for key, value in sorted(counts.items()))
                 lines.append(f"{scope}: journal height {reader.high_water()}; {summary}")
     _no_scope(options.db, lines)
     for line in lines:
         _say(line)
+    return 0
+
+
+def _cmd_reap_keys(options: argparse.Namespace) -> int:
+    _require_existing(options.db, _key_file_of(options), writer=True)
+    service = _connected(options)
+    try:
+        destroyed = MemoryAdmin(service).reap_keys()
+    except EngramError as exc:
+        if exc.code is not ErrorCode.STORE_UNAVAILABLE:
+            raise
+        raise SystemExit(
+            "reap-keys: the key vault did not destroy every doomed key (they stay doomed): run it again"
+        ) from None
+    finally:
+        service.close()
+    _say(f"{destroyed} doomed key(s) destroyed")
     return 0
 
 
