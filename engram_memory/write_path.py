@@ -708,13 +708,17 @@ class WritePath:
                 erased from the index, and unreadable) but its key is not gone yet; a retry with
                 the same key and arguments replays it once the key is destroyed.
         """
+        replayed = doomed is None
         if doomed is None:
             with self._guard.read(scope) as reader:
                 doomed = reader.doomed_keys()
         try:
             self._guard.destroy_doomed(scope, doomed)
         except EngramError as exc:
-            _log.exception("erasure committed but its key is not destroyed; a retry of the call destroys it")
+            if replayed:  # the scope's doomed keys: this erasure's own may be gone already
+                _log.exception("replayed erasure: the scope's doomed keys are not destroyed; a retry destroys them")
+            else:
+                _log.exception("erasure committed but its key is not destroyed; a retry of the call destroys it")
             raise EngramError(
                 ErrorCode.MUTATION_OUTCOME_UNKNOWN, detail="erasure committed; its key is not destroyed yet"
             ) from exc

@@ -970,6 +970,11 @@ def test_a_forget_whose_key_outlives_it_is_logged_and_a_retry_finishes_it(
         fail(harness.forget(A, record_id, make_key("logged-forget-f")), ErrorCode.MUTATION_OUTCOME_UNKNOWN)
     assert caplog.messages == ["erasure committed but its key is not destroyed; a retry of the call destroys it"]
     assert vault.holds(body_key.key_ref)
+    caplog.clear()
+    vault.failures = 1
+    with caplog.at_level("ERROR", logger="engram_memory"):  # a replay destroys every doomed key of the scope
+        fail(harness.forget(A, record_id, make_key("logged-forget-f")), ErrorCode.MUTATION_OUTCOME_UNKNOWN)
+    assert caplog.messages == ["replayed erasure: the scope's doomed keys are not destroyed; a retry destroys them"]
     assert ok(harness.forget(A, record_id, make_key("logged-forget-f")))["replayed"] is True
     assert not vault.holds(body_key.key_ref)
 
