@@ -44,7 +44,7 @@ from engram_memory.ports import (
     StoreReader,
     UnitOfWork,
 )
-from engram_memory.records import authorization_for, defaulted_payload
+from engram_memory.records import authorization_for, without_spelled_out_defaults
 from engram_memory.store_access import read_view
 from engram_memory.wire.args import CaptureArgs, ForgetArgs, RequestAdmissionArgs, WithdrawArgs
 from engram_memory.wire.converter import unstructure_args
@@ -135,12 +135,12 @@ class MutationGuard:
     def intent(self, tool: str, args: Mutation) -> str:
         """The idempotency intent: digest of (tool, canonical arguments), never time or receipts.
 
-        A capture's payload counts with its defaults filled in: a retry that spells out the
-        default ``retention`` or ``reconciliation`` it first omitted (or the reverse) is a replay.
+        A capture's ``retention`` or ``reconciliation`` equal to its default counts as omitted: a
+        retry that spells out the default it first omitted (or the reverse) is a replay.
         """
         arguments = unstructure_args(args)
         if isinstance(args, CaptureArgs):
-            arguments["payload"] = defaulted_payload(arguments["payload"])
+            arguments["payload"] = without_spelled_out_defaults(arguments["payload"])
         return digest(Domain.IDEMPOTENCY_INTENT, {"tool": tool, "arguments": arguments})
 
     def now(self, binding: HostBinding) -> datetime:
@@ -231,43 +231,38 @@ class MutationGuard:
         return confirmation
 
     def replay_or_gate(
-        self, tool: str, args: Mutation, binding: HostBinding, now: datetime
+        self, tool: str, args: Mutation, binding: HostBinding, now: datetime, *, gated: bool
     ) -> tuple[dict[str, Any] | None, Confirmation | None]:
         """Return ``(original response, None)`` for a replay, else ``(None, valid confirmation)``.
 
-        A replay of a gated operation still needs a confirmation bound to the same operation, but
-        not a fresh or unused one: it writes nothing, and a retry after an unknown outcome must be
-        able to reuse the approval the first attempt consumed. A call with the same key and
-        approval that commits between the idempotency lookup and the gate has consumed the
-        approval: the gate's refusal is then answered by looking the key up again, as a replay.
-
-        A required confirmation that is missing is -32603 before the key is looked up: a call
-        without one learns nothing of the stored state (not even ``DIGEST_CONFLICT``).
+        ``gated``: whether the call needs a confirmation (:meth:`confirmation_required`). The
+        confirmation must name this operation (tool, target, operation digest) before the key is
+        looked up, so a call without a valid one learns nothing of the stored keys. A replay of a
+        gated operation needs no fresh or unused one: it writes nothing, and a retry after an
+        unknown outcome must be able to reuse the approval the first attempt consumed. A call with
+        the same key and approval that commits between the idempotency lookup and the gate has
+        consumed the approval: the gate's refusal is then answered by looking the key up again,
+        as a replay.
         """
-        required = self.confirmation_required(tool, binding)
+        confirmation = self.bound_confirmation(tool, args, binding, required=gated)
         replay = self.replay(binding, tool, args)
         if replay is None:
             try:
-                return None, self.gate(tool, args, binding, now, required=required)
+                return None, self.gate(confirmation, binding, now)
             except EngramError as refusal:
                 if refusal.code is not ErrorCode.GATE_FAILED:
                     raise
                 replay = self.replay(binding, tool, args)  # committed meanwhile by the same call?
                 if replay is None:
                     raise
-        self.bound_confirmation(tool, args, binding, required=required)
         return replay, None
 
-    def gate(
-        self, tool: str, args: Mutation, binding: HostBinding, now: datetime, *, required: bool
-    ) -> Confirmation | None:
-        """A valid, unused confirmation for this call, or ``None`` when none is ``required``.
+    def gate(self, confirmation: Confirmation | None, binding: HostBinding, now: datetime) -> Confirmation | None:
+        """``confirmation`` (already bound to the call) if it is within its time windows and unused.
 
         Raises:
-            ProtocolError: -32603 when a required confirmation is missing.
-            EngramError: ``gate_failed`` for another operation, outside the time windows, or reused.
+            EngramError: ``gate_failed`` outside the time windows, or reused.
         """
-        confirmation = self.bound_confirmation(tool, args, binding, required=required)
         if confirmation is None:
             return None
         approval_wait = confirmation.approved_at - confirmation.requested_at

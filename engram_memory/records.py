@@ -7,7 +7,7 @@ Each function canonicalises its value once; every digest here uses a named
 from __future__ import annotations
 
 import bisect
-from typing import Any
+from typing import Any, Final
 
 from engram_memory.canonical import (
     Domain,
@@ -61,23 +61,27 @@ def candidate_id_for(scope: str, principal: str, idempotency_key: str) -> str:
     return "candidate_" + identity.removeprefix("sha256:")
 
 
-def defaulted_payload(payload: dict[str, Any]) -> dict[str, Any]:
-    """The payload with its omitted ``retention`` and ``reconciliation`` set to their defaults.
-
-    An omitted member and its default spelled out are the same content (one payload digest, one
-    idempotency intent).
-    """
+def complete_payload(payload: dict[str, Any], scope: str) -> dict[str, Any]:
+    """The payload as digested and stored: scope injected, retention and reconciliation defaulted."""
     completed = dict(payload)
+    completed["scope_ref"] = scope
     completed.setdefault("retention", dict(DEFAULT_RETENTION))
     completed.setdefault("reconciliation", {"family_refs": []})
     return completed
 
 
-def complete_payload(payload: dict[str, Any], scope: str) -> dict[str, Any]:
-    """The payload as digested and stored: scope injected, retention and reconciliation defaulted."""
-    completed = defaulted_payload(payload)
-    completed["scope_ref"] = scope
-    return completed
+_PAYLOAD_DEFAULTS: Final = {"retention": DEFAULT_RETENTION, "reconciliation": {"family_refs": []}}
+"""The payload members a capture may omit, and the value :func:`complete_payload` gives an omitted one."""
+_NO_DEFAULT: Final = object()
+
+
+def without_spelled_out_defaults(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload with a ``retention`` or ``reconciliation`` equal to its default left out, as if omitted.
+
+    An omitted member and its default spelled out are the same content (one payload digest): a
+    capture's idempotency intent counts them as one.
+    """
+    return {name: value for name, value in payload.items() if _PAYLOAD_DEFAULTS.get(name, _NO_DEFAULT) != value}
 
 
 def authorization_receipt(

@@ -32,7 +32,7 @@ from engram_memory.clock import SystemClock
 from engram_memory.clock_guard import GuardedClock
 from engram_memory.context import Confirmation, HostBinding
 from engram_memory.errors import EngramError, ErrorCode, ProtocolError
-from engram_memory.mutation_guard import ALWAYS_GATED, Mutation, operation_target
+from engram_memory.mutation_guard import MUTATING_TOOLS, Mutation, operation_target
 from engram_memory.page_cursor import lifetime_ms
 from engram_memory.policy import DefaultPolicy
 from engram_memory.policy_guard import GuardedPolicy
@@ -233,18 +233,23 @@ class MemoryService:
             raise ProtocolError.untrusted_context("host binding confirmation is malformed") from exc
 
     def _check_grant(self, tool: object, binding: HostBinding) -> None:
-        """-32602 unless ``tool`` is the name (a ``str``) of a tool this binding is granted.
-
-        Then -32603 for withdraw or forget without a confirmation: they always need one, so the
-        call is refused before its arguments, its deadline or the stored state are looked at.
-        """
+        """-32602 unless ``tool`` is the name (a ``str``) of a tool this binding is granted."""
         if not isinstance(tool, str) or tool not in ARGS_BY_TOOL or tool not in self._granted(binding):
             raise ProtocolError.unknown_tool("tool unknown or not granted")
-        if tool in ALWAYS_GATED and binding.confirmation is None:
-            raise ProtocolError.untrusted_context("confirmation reference missing")
 
-    def _guard(self, tool: str, binding: HostBinding, args: object) -> None:
-        """The checks every typed operation starts with: its argument class, the binding, the grant."""
+    def _gated(self, tool: str, binding: HostBinding) -> bool:
+        """Whether this call needs a confirmation (withdraw and forget always; the policy says for the others).
+
+        A mutation that needs one and whose binding carries none is -32603 here, before its
+        arguments, its deadline or the stored state are looked at.
+        """
+        return tool in MUTATING_TOOLS and self._write.guard.confirmation_required(tool, binding)
+
+    def _guard(self, tool: str, binding: HostBinding, args: object) -> bool:
+        """The checks every typed operation starts with: its argument class, the binding, the grant.
+
+        Returns whether the call needs a confirmation (:meth:`_gated`).
+        """
         expected = ARGS_BY_TOOL[tool]
         if not isinstance(args, expected):  # a programming error, so a TypeError rather than a ProtocolError
             name = expected.__name__
@@ -255,6 +260,7 @@ class MemoryService:
             )
         self._check_context(binding)
         self._check_grant(tool, binding)
+        return self._gated(tool, binding)
 
     @staticmethod
     def _check_purpose(args: ToolArgs, binding: HostBinding) -> None:
@@ -287,25 +293,25 @@ class MemoryService:
         Arguments whose JSON form is over 1,048,576 bytes are ``INVALID_SCHEMA`` here, as they are
         through :meth:`call_tool` (capture is the only tool whose arguments can reach the bound).
         """
-        self._guard(CAPTURE, binding, args)
+        gated = self._guard(CAPTURE, binding, args)
         self._check_purpose(args, binding)
         check_argument_bytes(args)
-        return self._write.capture(binding, args)
+        return self._write.capture(binding, args, gated=gated)
 
     def request_admission(self, binding: HostBinding, args: RequestAdmissionArgs) -> RequestAdmissionResult:
         """Ask the host's policy to decide a pending candidate."""
-        self._guard(ADMISSION, binding, args)
-        return self._write.request_admission(binding, args)
+        gated = self._guard(ADMISSION, binding, args)
+        return self._write.request_admission(binding, args, gated=gated)
 
     def withdraw(self, binding: HostBinding, args: WithdrawArgs) -> WithdrawResult:
         """End a pending candidate and destroy its key (needs a host confirmation)."""
-        self._guard(WITHDRAW, binding, args)
-        return self._write.withdraw(binding, args)
+        gated = self._guard(WITHDRAW, binding, args)
+        return self._write.withdraw(binding, args, gated=gated)
 
     def forget(self, binding: HostBinding, args: ForgetArgs) -> ForgetResult:
         """Tombstone an admitted record, erase its body and purge it (needs a host confirmation)."""
-        self._guard(FORGET, binding, args)
-        return self._write.forget(binding, args)
+        gated = self._guard(FORGET, binding, args)
+        return self._write.forget(binding, args, gated=gated)
 
     # ------------------------------------------------------------------ JSON contract
 
@@ -431,9 +437,10 @@ class MemoryService:
         audit_id = binding.audit_id or self._audit_ids()
         try:
             self._check_grant(name, binding)
+            gated = self._gated(name, binding)
             args = parse_args(ARGS_BY_TOOL[name], arguments)
             self._check_purpose(args, binding)
-            result = self._dispatch(name, binding, args)
+            result = self._dispatch(name, binding, args, gated=gated)
         except EngramError as error:
             # for the host's debugging; never the notes, which may quote an argument value
             _log.debug(
@@ -453,18 +460,18 @@ class MemoryService:
         return success_envelope(result.to_json(), audit_id)
 
     def _dispatch(
-        self, name: str, binding: HostBinding, args: ToolArgs
+        self, name: str, binding: HostBinding, args: ToolArgs, *, gated: bool
     ) -> SearchResult | GetResult | CaptureResult | RequestAdmissionResult | WithdrawResult | ForgetResult:
         if isinstance(args, SearchArgs):
             return self._read.search(binding, args)
         if isinstance(args, GetArgs):
             return self._read.get(binding, args)
         if isinstance(args, CaptureArgs):
-            return self._write.capture(binding, args)
+            return self._write.capture(binding, args, gated=gated)
         if isinstance(args, RequestAdmissionArgs):
-            return self._write.request_admission(binding, args)
+            return self._write.request_admission(binding, args, gated=gated)
         if isinstance(args, WithdrawArgs):
-            return self._write.withdraw(binding, args)
+            return self._write.withdraw(binding, args, gated=gated)
         if isinstance(args, ForgetArgs):
-            return self._write.forget(binding, args)
+            return self._write.forget(binding, args, gated=gated)
         raise ProtocolError.unknown_tool(name)  # pragma: no cover - parse_args guarantees a type

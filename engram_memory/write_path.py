@@ -151,12 +151,12 @@ class WritePath:
 
     # ------------------------------------------------------------------ capture
 
-    def capture(self, binding: HostBinding, args: CaptureArgs) -> CaptureResult:
+    def capture(self, binding: HostBinding, args: CaptureArgs, *, gated: bool) -> CaptureResult:
         """Seal cited material as a pending candidate (see the contract for every rule)."""
         if args.payload.purpose_ref != binding.purpose_ref:
             raise ProtocolError.untrusted_context("payload purpose differs from the bound purpose")
         now = self._guard.now(binding)
-        replay, confirmation = self._guard.replay_or_gate(CAPTURE, args, binding, now)
+        replay, confirmation = self._guard.replay_or_gate(CAPTURE, args, binding, now, gated=gated)
         if replay is not None:
             return from_json(CaptureResult, {**replay, "status": "duplicate_exact"})
         self._check_capture_policy(binding, args, now)
@@ -262,10 +262,12 @@ class WritePath:
 
     # ------------------------------------------------------------------ request_admission
 
-    def request_admission(self, binding: HostBinding, args: RequestAdmissionArgs) -> RequestAdmissionResult:
+    def request_admission(
+        self, binding: HostBinding, args: RequestAdmissionArgs, *, gated: bool
+    ) -> RequestAdmissionResult:
         """Ask the policy to decide a pending candidate (see the contract for every rule)."""
         now = self._guard.now(binding)
-        replay, confirmation = self._guard.replay_or_gate(ADMISSION, args, binding, now)
+        replay, confirmation = self._guard.replay_or_gate(ADMISSION, args, binding, now, gated=gated)
         if replay is not None:
             return from_json(RequestAdmissionResult, {**replay, "replayed": True})
         return self.decide_candidate(
@@ -527,7 +529,7 @@ class WritePath:
 
     # ------------------------------------------------------------------ withdraw
 
-    def withdraw(self, binding: HostBinding, args: WithdrawArgs) -> WithdrawResult:
+    def withdraw(self, binding: HostBinding, args: WithdrawArgs, *, gated: bool) -> WithdrawResult:
         """End a pending candidate and destroy its key (confirmation-gated).
 
         The key is doomed in the unit and destroyed right after commit, with every other doomed
@@ -537,7 +539,7 @@ class WritePath:
         destruction.
         """
         now = self._guard.now(binding)
-        replay, confirmation = self._guard.replay_or_gate(WITHDRAW, args, binding, now)
+        replay, confirmation = self._guard.replay_or_gate(WITHDRAW, args, binding, now, gated=gated)
         if replay is not None:
             return from_json(WithdrawResult, self._erased(binding.scope, replay, replayed=True))
         intent = self._guard.intent(WITHDRAW, args)
@@ -618,10 +620,10 @@ class WritePath:
 
     # ------------------------------------------------------------------ forget
 
-    def forget(self, binding: HostBinding, args: ForgetArgs) -> ForgetResult:
+    def forget(self, binding: HostBinding, args: ForgetArgs, *, gated: bool) -> ForgetResult:
         """Tombstone an admitted record: destroy its body key and purge it from every index."""
         now = self._guard.now(binding)
-        replay, confirmation = self._guard.replay_or_gate(FORGET, args, binding, now)
+        replay, confirmation = self._guard.replay_or_gate(FORGET, args, binding, now, gated=gated)
         if replay is not None:
             return from_json(ForgetResult, self._erased(binding.scope, replay, replayed=True))
         intent = self._guard.intent(FORGET, args)

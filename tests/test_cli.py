@@ -17,10 +17,11 @@ from engram_memory.admin import MemoryAdmin
 from engram_memory.cli import main
 from engram_memory.connect import connect
 from engram_memory.context import HostBinding, scope_key
-from engram_memory.errors import EngramError, ErrorCode
+from engram_memory.errors import ErrorCode, StoreUnavailableError
 from engram_memory.journal import VerifyReport
 from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, SQLiteKeyVault
 from engram_memory.policy_guard import GuardedPolicy
+from engram_memory.stores import sqlite as sqlite_store_module
 from engram_memory.stores.sqlite import _seed_secret
 from engram_memory.stores.sqlite._schema import STORE_APPLICATION_ID, STORE_SCHEMA, migrate
 from engram_memory.testing import Harness, capture_args, make_binding, make_key, ok
@@ -108,40 +109,73 @@ def test_stats_prints_journal_heights_and_counts(demo_db: Path, capsys: pytest.C
     assert lines == [f"{ACME}: journal height 6; {counts}"]
 
 
-def test_reap_keys_destroys_the_doomed_keys_stats_shows(demo_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """An accept dooms its candidate's key until a batch of 16; a process killed meanwhile leaves it doomed."""
-    service = connect(f"sqlite:///{demo_db}", policy=DefaultPolicy(admission="accept"))
+def _leave_a_doomed_key(db: Path) -> str:
+    """Accept one capture in a new scope and close without reaping, as a killed process leaves it; its scope."""
+    service = connect(f"sqlite:///{db}", policy=DefaultPolicy(admission="accept"))
+    binding = make_binding("reap-tenant", "reap-workspace")
     try:
-        binding = make_binding("reap-tenant", "reap-workspace")
         captured = ok(service.call_tool(CAPTURE, capture_args(make_key("reap-capture")), binding))
         admission = {"candidate_id": captured["candidate_id"], "idempotency_key": make_key("reap-admit")}
-        assert ok(service.call_tool("engram_memory_request_admission", admission, binding))["outcome"]["status"] == (
-            "accepted"
-        )
-        doomed_scope = binding.scope
-        status, lines = _run(["stats", "--db", str(demo_db)], capsys)
-        assert status == 0
-        assert (
-            f"{doomed_scope}: journal height 2; candidate:admitted=1, keys:doomed=1, record:accepted_current=1" in lines
-        )
-        assert _run(["reap-keys", "--db", str(demo_db)], capsys) == (0, ["1 doomed key(s) destroyed"])
-        status, lines = _run(["stats", "--db", str(demo_db)], capsys)
-        assert f"{doomed_scope}: journal height 2; candidate:admitted=1, record:accepted_current=1" in lines
-        assert _run(["reap-keys", "--db", str(demo_db)], capsys) == (0, ["0 doomed key(s) destroyed"])
+        outcome = ok(service.call_tool("engram_memory_request_admission", admission, binding))["outcome"]
+        assert outcome["status"] == "accepted"  # its candidate key waits, doomed, for a batch of 16
     finally:
-        service.close()
+        service.close(destroy_doomed_keys=False)
+    return binding.scope
+
+
+ADMITTED_ONCE = "journal height 2; candidate:admitted=1, record:accepted_current=1"
+DOOMED_ONCE = "journal height 2; candidate:admitted=1, keys:doomed=1, record:accepted_current=1"
+
+
+def test_reap_keys_destroys_the_doomed_keys_stats_shows(demo_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scope = _leave_a_doomed_key(demo_db)
+    assert f"{scope}: {DOOMED_ONCE}" in _run(["stats", "--db", str(demo_db)], capsys)[1]
+    assert _run(["reap-keys", "--db", str(demo_db)], capsys) == (0, ["1 doomed key(s) destroyed"])
+    assert f"{scope}: {ADMITTED_ONCE}" in _run(["stats", "--db", str(demo_db)], capsys)[1]
+    assert _run(["reap-keys", "--db", str(demo_db)], capsys) == (0, ["0 doomed key(s) destroyed"])
     assert _run(["verify", "--db", str(demo_db)], capsys)[0] == 0
 
 
-def test_reap_keys_says_when_the_vault_failed(
+def test_reap_keys_says_in_one_line_when_the_vault_fails_and_the_keys_stay_doomed(
     demo_db: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def vault_down(_admin: MemoryAdmin) -> int:
-        raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="a scope's keys not destroyed")
+    scope = _leave_a_doomed_key(demo_db)
 
-    monkeypatch.setattr(MemoryAdmin, "reap_keys", vault_down)
-    failed = _exit_of(["reap-keys", "--db", str(demo_db)])
-    assert failed.code == "reap-keys: the key vault did not destroy every doomed key (they stay doomed): run it again"
+    def vault_down(_vault: SQLiteKeyVault, *_key_refs: str) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(SQLiteKeyVault, "destroy", vault_down)
+        failed = _exit_of(["reap-keys", "--db", str(demo_db)])
+    assert failed.code == (
+        "reap-keys: STORE_UNAVAILABLE (the memory store is unavailable); the keys stay doomed: run it again"
+    )
+    assert capsys.readouterr().err == ""  # no log record, no traceback: the line above is the answer
+    assert f"{scope}: {DOOMED_ONCE}" in _run(["stats", "--db", str(demo_db)], capsys)[1]
+
+
+def test_reap_keys_fails_when_the_store_cannot_clear_the_rows_of_the_keys_it_destroyed(
+    demo_db: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scope = _leave_a_doomed_key(demo_db)
+
+    def locked(*_args: object) -> None:
+        raise StoreUnavailableError("database is locked")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(sqlite_store_module._Unit, "clear_doomed_key", locked)
+        failed = _exit_of(["reap-keys", "--db", str(demo_db)])
+    assert failed.code == (
+        "reap-keys: 1 doomed key(s) destroyed, but 1 still listed as doomed: the store could not clear their rows "
+        "(read-only or locked); run it again once it is writable"
+    )
+    assert capsys.readouterr().err == ""
+    assert f"{scope}: {DOOMED_ONCE}" in _run(["stats", "--db", str(demo_db)], capsys)[1]
+    assert _run(["reap-keys", "--db", str(demo_db)], capsys) == (
+        0,
+        ["1 doomed key(s) destroyed"],
+    )  # a no-op in the vault
+    assert f"{scope}: {ADMITTED_ONCE}" in _run(["stats", "--db", str(demo_db)], capsys)[1]
 
 
 def test_verify_and_stats_leave_the_database_unchanged(demo_db: Path, capsys: pytest.CaptureFixture[str]) -> None:

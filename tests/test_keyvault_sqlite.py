@@ -454,6 +454,27 @@ def test_what_a_killed_key_creation_left_is_removed_at_the_next_open(tmp_path: P
     assert key_path.stat().st_nlink == 1 + len(kept)
 
 
+def test_the_clean_up_never_removes_the_key_that_opens_the_vault(tmp_path: Path) -> None:
+    """Only after the key file's key has opened the vault, and never the file the key path resolves to."""
+    key_path = tmp_path / "vault.key"
+    SQLiteKeyVault(tmp_path / "vault.db", master_key_file=key_path).close()
+    key = key_path.read_bytes()
+    hidden = tmp_path / ".vault.key.0123456789abcdef.tmp"
+    os.link(key_path, hidden)
+    long_ago = time.time() - STALE_STAGING_SECONDS - 5
+    os.utime(hidden, (long_ago, long_ago))
+    key_path.unlink()
+    key_path.write_bytes(os.urandom(32))  # a wrong key put in place: the hidden link is the only right one
+    with pytest.raises(MasterKeyError):
+        SQLiteKeyVault(tmp_path / "vault.db", master_key_file=key_path)
+    assert hidden.read_bytes() == key
+    key_path.unlink()
+    key_path.symlink_to(hidden.name)  # an operator recovering the key through the hidden name
+    SQLiteKeyVault(tmp_path / "vault.db", master_key_file=key_path).close()
+    assert hidden.read_bytes() == key  # the file the key path resolves to, however named and old
+    SQLiteKeyVault(tmp_path / "vault.db", master_key_file=key_path).close()
+
+
 def test_without_hard_links_the_master_key_file_is_written_in_place(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -108,7 +108,7 @@ def test_withdraw_and_forget_without_confirmation_are_refused_before_anything_el
 
 
 def test_a_policy_gated_capture_without_confirmation_learns_nothing_of_its_key() -> None:
-    """-32603 before the key is looked up (it was DIGEST_CONFLICT); the policy is asked once a call."""
+    """-32603 before its arguments, deadline or key are looked at; the policy is asked once a call."""
     asked: list[str] = []
 
     def gate_everything(tool: str, _binding: Any) -> bool:
@@ -123,14 +123,30 @@ def test_a_policy_gated_capture_without_confirmation_learns_nothing_of_its_key()
     assert service.call_tool(
         "engram_memory_capture", first, confirm(service, "engram_memory_capture", first, binding, clock)
     )["ok"]
-    asked.clear()
     other = capture_args("replay-gate-capture-02", words=["other", "content", "same", "key"])
-    with pytest.raises(ProtocolError) as caught:
-        service.call_tool("engram_memory_capture", other, binding)
-    assert int(caught.value.code) == -32603
-    assert asked == ["engram_memory_capture"]
+    late = attrs.evolve(binding, deadline=clock.now() - timedelta(seconds=1))
+    unconfirmed = [
+        ("key bound to another capture: DIGEST_CONFLICT", other, binding),
+        ("malformed: INVALID_SCHEMA", {**other, "confirmed": True}, binding),
+        ("deadline passed: DEADLINE_EXCEEDED", other, late),
+    ]
+    for label, arguments, unconfirmed_binding in unconfirmed:
+        asked.clear()
+        with pytest.raises(ProtocolError) as caught:
+            service.call_tool("engram_memory_capture", arguments, unconfirmed_binding)
+        assert int(caught.value.code) == -32603, label
+        assert asked == ["engram_memory_capture"], label
     confirmed = confirm(service, "engram_memory_capture", other, binding, clock)
     asked.clear()
     conflict = service.call_tool("engram_memory_capture", other, confirmed)
     assert conflict["error"]["code"] == "DIGEST_CONFLICT"  # a confirmed call is answered as before
     assert asked == ["engram_memory_capture"]
+
+
+def test_a_confirmation_for_another_operation_learns_nothing_of_the_key(setup: Any) -> None:
+    """gate_failed before the key is looked up: a bound key and a fresh one get the same answer."""
+    service, clock, withdraw, approved = setup
+    stale = confirm(service, WITHDRAW, {**withdraw, "reason_ref": "another-reason"}, approved, clock)
+    for key in (CAPTURE_KEY, "replay-gate-withdraw-fresh"):  # bound to the capture (was DIGEST_CONFLICT); unused
+        refused = service.call_tool(WITHDRAW, {**withdraw, "idempotency_key": key}, stale)
+        assert refused["error"]["code"] == "gate_failed", key

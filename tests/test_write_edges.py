@@ -279,7 +279,7 @@ DEFAULTS_SPELLED_OUT = {"retention": {"derivative_rule": "make-ineligible"}, "re
 def test_a_capture_retried_with_its_payload_defaults_spelled_out_or_omitted_is_a_replay(
     store: InMemoryStore, clock: ManualClock, first_spells_out: bool
 ) -> None:
-    """One content, one intent: the stored intent is over the payload with its defaults filled in."""
+    """One content, one intent: a default spelled out counts as omitted (the intent of an omitted one is unchanged)."""
     harness = _harness(store, InMemoryKeyVault(), clock)
     key = make_key("defaults-spelled-out")
     omitted = capture_args(key)
@@ -296,7 +296,7 @@ def test_a_capture_retried_with_its_payload_defaults_spelled_out_or_omitted_is_a
     retain = capture_args(key, retention={"derivative_rule": "retain"})
     fail(harness.call(CAPTURE, retain, A), ErrorCode.DIGEST_CONFLICT, retriable=False)  # other content
     stored = store.raw_partition(A.scope).idempotency[(A.principal, key)].intent_digest
-    assert stored == digest(Domain.IDEMPOTENCY_INTENT, {"tool": CAPTURE, "arguments": spelled_out})
+    assert stored == digest(Domain.IDEMPOTENCY_INTENT, {"tool": CAPTURE, "arguments": omitted})  # as before
 
 
 @pytest.mark.parametrize("name", [["engram_memory_search"], {"engram_memory_search": 1}, 7, b"engram_memory_search"])

@@ -149,14 +149,14 @@ def _capture_conflict(h: Harness) -> tuple[Callable[[], dict[str, Any]], ErrorCo
     return (lambda: h.capture(A, make_key("r-conflict"), words=("zqotherwords",))), ErrorCode.DIGEST_CONFLICT
 
 
-# One argument changed under the same key; the optional members are sent with their default values
-# (the contract: optional members are absent from the intent only if omitted).
+# One argument changed under the same key; the omitted optional members are sent with other values than
+# their defaults (a default spelled out is the omitted member, a replay: test_write_edges).
 _ONE_FIELD: dict[str, tuple[tuple[str | int, ...], Any]] = {
     "evidence digest": (("evidence", "evidence_digest"), "sha256:" + "e" * 64),
     "evidence attestation": (("evidence", "attestation"), "attested by the reviewer"),
-    "payload retention": (("payload", "retention"), {"derivative_rule": "make-ineligible"}),
+    "payload retention": (("payload", "retention"), {"derivative_rule": "retain"}),
     "payload valid_time": (("payload", "valid_time", "t"), VALID_FROM_MS + 1),
-    "payload reconciliation": (("payload", "reconciliation"), {"family_refs": []}),
+    "payload reconciliation": (("payload", "reconciliation"), {"family_refs": ["family-x"]}),
     "citation locator": (("payload", "citations", 0, "locator", "value"), "13"),
 }
 

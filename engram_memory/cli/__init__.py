@@ -216,8 +216,9 @@ def _parser() -> argparse.ArgumentParser:
             "Destroy the data keys every scope holds doomed (MemoryAdmin.reap_keys): a withdraw or forget "
             "killed between its commit and its key destruction leaves its key doomed, as does a vault outage, "
             "and accepts destroy theirs in batches. stats shows them as keys:doomed. Opens the files "
-            "read-write. Prints how many keys it asked the vault to destroy; exits 1, with the keys still "
-            "doomed, if the vault failed for some scope (run it again)." + _KEY_FILE
+            "read-write. Prints how many keys it asked the vault to destroy; exits 1 with one line if the vault "
+            "failed for some scope (the keys stay doomed) or the store could not clear the rows of the keys it "
+            "destroyed (read-only or locked): run it again." + _KEY_FILE
         ),
     )
     reap.add_argument("--db", required=True, help="the SQLite database file")

@@ -1,8 +1,9 @@
-"""The operator commands on an existing database: ``verify``, ``stats``, ``pending``, ``adjudicate``, ``serve-mcp``.
+"""The operator commands on an existing database: ``verify``, ``stats``, ``pending``, ``adjudicate`` and the others.
 
 ``verify``, ``stats`` and ``pending`` read through :func:`~engram_memory.cli.files._inspection`
-and write nothing; ``adjudicate`` decides one candidate as the host; ``serve-mcp`` serves the
-tools that need no confirmation over MCP stdio for one fixed scope.
+and write nothing; ``adjudicate`` decides one candidate as the host; ``reap-keys`` destroys
+every scope's doomed keys; ``serve-mcp`` serves the tools that need no confirmation over MCP
+stdio for one fixed scope.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -106,17 +108,49 @@ def _cmd_reap_keys(options: argparse.Namespace) -> int:
     _require_existing(options.db, _key_file_of(options), writer=True)
     service = _connected(options)
     try:
-        destroyed = MemoryAdmin(service).reap_keys()
-    except EngramError as exc:
-        if exc.code is not ErrorCode.STORE_UNAVAILABLE:
-            raise
-        raise SystemExit(
-            "reap-keys: the key vault did not destroy every doomed key (they stay doomed): run it again"
-        ) from None
+        with _library_logs_muted():  # the failure is this command's one line, not the library's tracebacks
+            destroyed, left = _reap(service)
     finally:
-        service.close()
+        service.close(destroy_doomed_keys=False)  # reaped above; a failure is not repeated on the way out
+    if left:
+        raise SystemExit(
+            f"reap-keys: {destroyed} doomed key(s) destroyed, but {left} still listed as doomed: the store "
+            "could not clear their rows (read-only or locked); run it again once it is writable"
+        )
     _say(f"{destroyed} doomed key(s) destroyed")
     return 0
+
+
+def _reap(service: MemoryService) -> tuple[int, int]:
+    """``MemoryAdmin.reap_keys()``, then how many doomed keys every scope still lists; exits 1 on failure."""
+    failed = "reap-keys"
+    try:
+        destroyed = MemoryAdmin(service).reap_keys()
+        left = 0
+        for scope in service.store.scopes():
+            with service.store.read(scope) as reader:
+                left += len(reader.doomed_keys())
+    except EngramError as exc:
+        hint = _cause_hint(exc)
+        detail = exc.public_message + (f": {hint}" if hint else "")
+        again = "; the keys stay doomed: run it again" if exc.code is ErrorCode.STORE_UNAVAILABLE else ""
+        raise SystemExit(f"{failed}: {exc.code.value} ({detail}){again}") from None
+    except UnicodeDecodeError:  # a text column of a damaged page: the store's reads pass it through
+        raise SystemExit(f"{failed}: {_UNDECODABLE}") from None
+    except PortError as exc:
+        raise SystemExit(f"{failed}: {_reason(exc)}") from None
+    return destroyed, left
+
+
+@contextlib.contextmanager
+def _library_logs_muted() -> Iterator[None]:
+    """The ``engram_memory`` logger's records dropped meanwhile (the CLI configures no logging)."""
+    logger = logging.getLogger("engram_memory")
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
 
 
 def _scope_of(options: argparse.Namespace) -> str:

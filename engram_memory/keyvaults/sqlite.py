@@ -210,26 +210,32 @@ STALE_STAGING_SECONDS: Final = 60.0
 def _remove_stale_staging(path: Path) -> None:
     """Remove what a key creation killed before its clean-up left beside ``path`` (best effort).
 
-    A staging file that is another link to the key file (killed between the link and the unlink)
-    is a copy of the live master key under a hidden name, which would outlive the key file if an
-    operator removed it: it is removed at once. One that is not (killed before the link) holds a
-    key that protects nothing: it is removed once it is :data:`STALE_STAGING_SECONDS` old. Nothing
-    else is touched, and a symbolic link is never followed.
+    Called once the key at ``path`` has opened the vault. A staging file that is another link to
+    the key file (killed between the link and the unlink) is a copy of the live master key under
+    a hidden name, which would outlive the key file if an operator removed it: it is removed at
+    once. One that is not (killed before the link) holds a key that never sealed anything: it is
+    removed once it is :data:`STALE_STAGING_SECONDS` old. Only regular files of this process's
+    user are removed, never the file ``path`` itself resolves to, and never a file's last link to
+    the key; a symbolic link is never followed.
     """
     try:
         key = path.stat()
+        resolved = path.resolve()
         entries = list(path.parent.iterdir())
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: a symbolic link loop
         return
     for staging in entries:
         match = _STAGING_NAME.fullmatch(staging.name)
         if match is None or match["name"] != path.name:
             continue
-        with suppress(OSError):
+        with suppress(OSError, RuntimeError):
             found = staging.lstat()
-            linked = (found.st_dev, found.st_ino) == (key.st_dev, key.st_ino)
-            stale = stat.S_ISREG(found.st_mode) and time.time() - found.st_mtime > STALE_STAGING_SECONDS
-            if linked or stale:
+            if not stat.S_ISREG(found.st_mode) or staging.resolve() == resolved:
+                continue
+            if hasattr(os, "getuid") and found.st_uid != os.getuid():
+                continue
+            linked = (found.st_dev, found.st_ino) == (key.st_dev, key.st_ino) and found.st_nlink > 1
+            if linked or time.time() - found.st_mtime > STALE_STAGING_SECONDS:
                 staging.unlink()
 
 
@@ -363,7 +369,6 @@ class SQLiteKeyVault:
                     if stored is not None:
                         raise MasterKeyError("the master key file of an existing vault is missing")
                     master_key = _create_key_file(key_path)
-                _remove_stale_staging(key_path)
             key = master_key
 
             def seed(c: sqlite3.Connection) -> None:
@@ -373,7 +378,10 @@ class SQLiteKeyVault:
             stored = self._stored_verifier()
         except sqlite3.Error as exc:
             raise translate(exc, "open vault") from exc
-        return _verified(key, stored)
+        verified = _verified(key, stored)
+        if master_key_file is not None:  # only once the file's key has opened the vault
+            _remove_stale_staging(Path(master_key_file))
+        return verified
 
     def _open_master_read_only(self, master_key: bytes | None, master_key_file: str | os.PathLike[str] | None) -> bytes:
         """Read the master key (never creating a key file), check the schema and the verifier."""
