@@ -244,7 +244,7 @@ class MutationGuard:
         consumed the approval: the gate's refusal is then answered by looking the key up again,
         as a replay.
         """
-        confirmation = self.bound_confirmation(tool, args, binding, required=gated)
+        confirmation = self.bound_confirmation(tool, args, binding, required=gated or tool in ALWAYS_GATED)
         replay = self.replay(binding, tool, args)
         if replay is None:
             try:
@@ -434,15 +434,23 @@ class MutationGuard:
 
         Raises:
             EngramError: ``STORE_UNAVAILABLE`` (retriable) if any scope's keys could not be
-                destroyed (they stay doomed; the other scopes' are destroyed).
+                destroyed (they stay doomed; the other scopes' are destroyed), caused by the first
+                scope's failure (the vault's own error is its cause in turn).
         """
         reaped, failed = 0, 0
+        first_failure: EngramError | None = None
         for scope in self._store.scopes():
             with self.read(scope) as reader:
                 doomed = reader.doomed_keys()
-            destroyed = self.destroy_keys(scope, doomed)
-            reaped += destroyed
-            failed += len(doomed) - destroyed
-        if failed:
-            raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=f"{failed} doomed keys not destroyed, {reaped} were")
+            try:
+                self.destroy_doomed(scope, doomed)
+            except EngramError as exc:
+                _log.exception("key destruction deferred; MemoryAdmin.reap_keys will retry")
+                first_failure = first_failure or exc
+                failed += len(doomed)
+            else:
+                reaped += len(doomed)
+        if first_failure is not None:
+            detail = f"{failed} doomed keys not destroyed, {reaped} were"
+            raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=detail) from first_failure
         return reaped

@@ -141,14 +141,17 @@ def test_reap_keys_says_in_one_line_when_the_vault_fails_and_the_keys_stay_doome
 ) -> None:
     scope = _leave_a_doomed_key(demo_db)
 
-    def vault_down(_vault: SQLiteKeyVault, *_key_refs: str) -> None:
-        raise sqlite3.OperationalError("disk I/O error")
+    def vault_locked(_vault: SQLiteKeyVault, *_key_refs: str) -> None:
+        busy = sqlite3.OperationalError("database is locked")
+        busy.sqlite_errorname = "SQLITE_BUSY"  # as the sqlite3 module sets it
+        raise busy
 
     with monkeypatch.context() as patch:
-        patch.setattr(SQLiteKeyVault, "destroy", vault_down)
+        patch.setattr(SQLiteKeyVault, "destroy", vault_locked)
         failed = _exit_of(["reap-keys", "--db", str(demo_db)])
     assert failed.code == (
-        "reap-keys: STORE_UNAVAILABLE (the memory store is unavailable); the keys stay doomed: run it again"
+        f"reap-keys: the key vault {demo_db}.vault did not destroy every doomed key (they stay doomed): "
+        "another process holds the lock; run the command again"
     )
     assert capsys.readouterr().err == ""  # no log record, no traceback: the line above is the answer
     assert f"{scope}: {DOOMED_ONCE}" in _run(["stats", "--db", str(demo_db)], capsys)[1]
@@ -176,6 +179,29 @@ def test_reap_keys_fails_when_the_store_cannot_clear_the_rows_of_the_keys_it_des
         ["1 doomed key(s) destroyed"],
     )  # a no-op in the vault
     assert f"{scope}: {ADMITTED_ONCE}" in _run(["stats", "--db", str(demo_db)], capsys)[1]
+
+
+def test_reap_keys_does_not_count_keys_doomed_while_it_ran(
+    demo_db: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A running service's accept dooms a key meanwhile: not a row reap-keys failed to clear."""
+    _leave_a_doomed_key(demo_db)
+    reap = MemoryAdmin.reap_keys
+
+    def reap_then_an_accept_commits(admin: MemoryAdmin) -> int:
+        destroyed = reap(admin)
+        service = connect(f"sqlite:///{demo_db}", policy=DefaultPolicy(admission="accept"))
+        binding = make_binding("reap-tenant", "reap-workspace")
+        try:
+            captured = ok(service.call_tool(CAPTURE, capture_args(make_key("reap-meanwhile")), binding))
+            admission = {"candidate_id": captured["candidate_id"], "idempotency_key": make_key("reap-meanwhile-a")}
+            ok(service.call_tool("engram_memory_request_admission", admission, binding))
+        finally:
+            service.close(destroy_doomed_keys=False)
+        return destroyed
+
+    monkeypatch.setattr(MemoryAdmin, "reap_keys", reap_then_an_accept_commits)
+    assert _run(["reap-keys", "--db", str(demo_db)], capsys) == (0, ["1 doomed key(s) destroyed"])
 
 
 def test_verify_and_stats_leave_the_database_unchanged(demo_db: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -202,10 +202,15 @@ def _service(store: InMemoryStore, clock: ManualClock) -> MemoryService:
     return MemoryService(store=store, vault=InMemoryKeyVault(), policy=DefaultPolicy(admission="accept"), clock=clock)
 
 
+DEFAULT_FAMILIES = {"reconciliation": {"family_refs": []}}
+
+
 def test_preload_writes_what_the_service_writes() -> None:
     clock = ManualClock(NOW)
     binding = binding_for(1)
     documents = list(CORPUS.documents(1, 12))
+    for position, spelled_out in ((2, {"retention": {"derivative_rule": "make-ineligible"}}), (4, DEFAULT_FAMILIES)):
+        documents[position] = {**documents[position], "payload": {**documents[position]["payload"], **spelled_out}}
 
     through_service = _service(InMemoryStore(), clock)
     service_ids = []
@@ -236,8 +241,9 @@ def test_preload_writes_what_the_service_writes() -> None:
                 assert a.idempotency(binding.principal, k) == b.idempotency(binding.principal, k)
 
     # the preloaded scope behaves like one built through the service: replays, search, get
-    again = preloaded.call_tool("engram_memory_capture", documents[3], binding)["output"]["value"]
-    assert again["status"] == "duplicate_exact"
+    for position in (2, 3, 4):  # 2 and 4 spell a payload default out, which the intent counts as omitted
+        again = preloaded.call_tool("engram_memory_capture", documents[position], binding)["output"]["value"]
+        assert again["status"] == "duplicate_exact", position
     query = " ".join(tokenize(documents[5]["payload"]["components"][0]["text"])[:3])
     found = preloaded.call_tool("engram_memory_search", {"query": query, "purpose_ref": PURPOSE}, binding)
     assert ids[5] in [packet["record"]["record_id"] for packet in found["output"]["value"]["records"]]

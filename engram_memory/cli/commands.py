@@ -109,7 +109,7 @@ def _cmd_reap_keys(options: argparse.Namespace) -> int:
     service = _connected(options)
     try:
         with _library_logs_muted():  # the failure is this command's one line, not the library's tracebacks
-            destroyed, left = _reap(service)
+            destroyed, left = _reap(service, options.db)
     finally:
         service.close(destroy_doomed_keys=False)  # reaped above; a failure is not repeated on the way out
     if left:
@@ -121,25 +121,40 @@ def _cmd_reap_keys(options: argparse.Namespace) -> int:
     return 0
 
 
-def _reap(service: MemoryService) -> tuple[int, int]:
-    """``MemoryAdmin.reap_keys()``, then how many doomed keys every scope still lists; exits 1 on failure."""
+def _reap(service: MemoryService, db: str) -> tuple[int, int]:
+    """``MemoryAdmin.reap_keys()``; how many it destroyed, and how many of the keys doomed before it still are.
+
+    Keys doomed meanwhile (a running service's accepts) are not counted as left. Exits 1 with one
+    line on failure.
+    """
     failed = "reap-keys"
     try:
-        destroyed = MemoryAdmin(service).reap_keys()
-        left = 0
-        for scope in service.store.scopes():
-            with service.store.read(scope) as reader:
-                left += len(reader.doomed_keys())
+        before = {scope: set(_doomed(service, scope)) for scope in service.store.scopes()}
+        try:
+            destroyed = MemoryAdmin(service).reap_keys()
+        except EngramError as exc:
+            if exc.code is not ErrorCode.STORE_UNAVAILABLE:
+                raise
+            hint = _cause_hint(exc)
+            raise SystemExit(
+                f"{failed}: the key vault {db}.vault did not destroy every doomed key (they stay doomed): "
+                + (hint or "run the command again")
+            ) from None
+        left = sum(len(doomed & set(_doomed(service, scope))) for scope, doomed in before.items())
     except EngramError as exc:
         hint = _cause_hint(exc)
         detail = exc.public_message + (f": {hint}" if hint else "")
-        again = "; the keys stay doomed: run it again" if exc.code is ErrorCode.STORE_UNAVAILABLE else ""
-        raise SystemExit(f"{failed}: {exc.code.value} ({detail}){again}") from None
+        raise SystemExit(f"{failed}: {exc.code.value} ({detail})") from None
     except UnicodeDecodeError:  # a text column of a damaged page: the store's reads pass it through
         raise SystemExit(f"{failed}: {_UNDECODABLE}") from None
     except PortError as exc:
         raise SystemExit(f"{failed}: {_reason(exc)}") from None
     return destroyed, left
+
+
+def _doomed(service: MemoryService, scope: str) -> list[str]:
+    with service.store.read(scope) as reader:
+        return reader.doomed_keys()
 
 
 @contextlib.contextmanager

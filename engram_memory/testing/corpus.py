@@ -60,6 +60,7 @@ from engram_memory.records import (
     complete_payload,
     transaction_receipt,
     trust_binding,
+    without_spelled_out_defaults,
 )
 from engram_memory.results import AdmissionOutcome, CaptureResult, RequestAdmissionResult
 from engram_memory.write_path import store_admitted_record
@@ -473,7 +474,8 @@ def _preload_one(unit: UnitOfWork, vault: KeyVault, ctx: _Context, arguments: Ma
             record_digest=record_digest,
         ),
     ).to_json()
-    intent = digest(Domain.IDEMPOTENCY_INTENT, {"tool": _CAPTURE, "arguments": arguments})
+    intent_arguments = {**arguments, "payload": without_spelled_out_defaults(arguments["payload"])}  # as the service
+    intent = digest(Domain.IDEMPOTENCY_INTENT, {"tool": _CAPTURE, "arguments": intent_arguments})
     unit.put_idempotency(
         binding.principal, key, IdempotencyRow(intent_digest=intent, response=canonical_bytes(captured))
     )
