@@ -12,6 +12,7 @@ import math
 import statistics
 from collections import Counter
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -202,7 +203,7 @@ def _service(store: InMemoryStore, clock: ManualClock) -> MemoryService:
     return MemoryService(store=store, vault=InMemoryKeyVault(), policy=DefaultPolicy(admission="accept"), clock=clock)
 
 
-DEFAULT_FAMILIES = {"reconciliation": {"family_refs": []}}
+DEFAULT_FAMILIES: dict[str, Any] = {"reconciliation": {"family_refs": []}}
 
 
 def test_preload_writes_what_the_service_writes() -> None:
