@@ -15,9 +15,10 @@ import pytest
 from engram_memory import DefaultPolicy, ManualClock, MemoryService
 from engram_memory.admin import MemoryAdmin
 from engram_memory.cli import main
+from engram_memory.cli.files import _UNDECODABLE
 from engram_memory.connect import connect
 from engram_memory.context import HostBinding, scope_key
-from engram_memory.errors import ErrorCode, StoreUnavailableError
+from engram_memory.errors import EngramError, ErrorCode, StoreUnavailableError
 from engram_memory.journal import VerifyReport
 from engram_memory.keyvaults.sqlite import VAULT_SCHEMA, SQLiteKeyVault
 from engram_memory.policy_guard import GuardedPolicy
@@ -179,6 +180,26 @@ def test_reap_keys_fails_when_the_store_cannot_clear_the_rows_of_the_keys_it_des
         ["1 doomed key(s) destroyed"],
     )  # a no-op in the vault
     assert f"{scope}: {ADMITTED_ONCE}" in _run(["stats", "--db", str(demo_db)], capsys)[1]
+
+
+@pytest.mark.parametrize(
+    ("failure", "line"),
+    [
+        (EngramError(ErrorCode.JOURNAL_CORRUPT), "reap-keys: JOURNAL_CORRUPT (the journal failed verification)"),
+        (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid"), "reap-keys: " + _UNDECODABLE),
+        (StoreUnavailableError("the store file is gone"), "reap-keys: the store file is gone"),
+    ],
+    ids=["engram-error", "undecodable", "port-error"],
+)
+def test_reap_keys_answers_a_damaged_or_missing_store_in_one_line(
+    demo_db: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, failure: Exception, line: str
+) -> None:
+    def failing(_admin: MemoryAdmin) -> int:
+        raise failure
+
+    monkeypatch.setattr(MemoryAdmin, "reap_keys", failing)
+    assert _exit_of(["reap-keys", "--db", str(demo_db)]).code == line
+    assert capsys.readouterr().err == ""
 
 
 def test_reap_keys_does_not_count_keys_doomed_while_it_ran(

@@ -61,14 +61,46 @@ class TestASchedulingVaultThatDestroys(KeyVaultConformance):
 def test_a_scheduling_vault_without_a_way_to_finish_fails_the_kit() -> None:
     kit = KeyVaultConformance()
     with pytest.raises(pytest.fail.Exception, match="complete_destruction"):
-        kit.test_a_destroyed_key_is_unavailable(SchedulingVault(), None)
+        kit.test_a_destroyed_key_is_unavailable(SchedulingVault(), None, None)
 
 
-@pytest.mark.parametrize("check", ["test_a_destroyed_key_is_unavailable", "test_one_call_destroys_several_keys"])
-def test_a_vault_that_never_destroys_fails_the_kit(check: str) -> None:
+def test_a_vault_that_never_destroys_fails_the_kit() -> None:
     kit = KeyVaultConformance()
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
-        getattr(kit, check)(SchedulingVault(drains=False), _drain)
+        kit.test_a_destroyed_key_is_unavailable(SchedulingVault(drains=False), _drain, None)
+    with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
+        kit.test_one_call_destroys_several_keys(SchedulingVault(drains=False), _drain)
+
+
+class SoftDeletingVault(InMemoryKeyVault):
+    """Refuses to open a destroyed key but keeps its bytes: forgotten content stays recoverable from a copy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: dict[str, bytes] = {}
+
+    def destroy(self, *key_refs: str) -> None:
+        self.kept.update({ref: self._keys[ref] for ref in key_refs if ref in self._keys})
+        super().destroy(*key_refs)
+
+
+def _reveal_kept(vault: KeyVault, key_ref: str) -> bytes:
+    assert isinstance(vault, SoftDeletingVault)
+    return vault._keys.get(key_ref) or vault.kept[key_ref]  # KeyError (a LookupError) when neither holds it
+
+
+def test_a_vault_that_only_hides_destroyed_keys_fails_the_kit_when_it_can_look_at_storage() -> None:
+    kit = KeyVaultConformance()
+    with pytest.raises(pytest.fail.Exception, match="still in the vault's storage"):
+        kit.test_a_destroyed_key_is_unavailable(SoftDeletingVault(), None, _reveal_kept)
+    with pytest.raises(pytest.fail.Exception, match="still in the vault's storage"):
+        kit.test_destroy_is_idempotent(SoftDeletingVault(), None, _reveal_kept)
+    kit.test_a_destroyed_key_is_unavailable(InMemoryKeyVault(), None, _reveal_memory)  # a real erasure passes
+
+
+def _reveal_memory(vault: KeyVault, key_ref: str) -> bytes:
+    assert isinstance(vault, InMemoryKeyVault)
+    return vault._keys[key_ref]
 
 
 def _services(vault: SchedulingVault) -> ServiceFactory:

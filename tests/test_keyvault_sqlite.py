@@ -22,7 +22,14 @@ from engram_memory.errors import (
     StoreUnavailableError,
 )
 from engram_memory.keyvaults.memory import InMemoryKeyVault
-from engram_memory.keyvaults.sqlite import STALE_STAGING_SECONDS, VAULT_SCHEMA, MasterKeyError, SQLiteKeyVault, _unwrap
+from engram_memory.keyvaults.sqlite import (
+    STALE_STAGING_SECONDS,
+    VAULT_SCHEMA,
+    MasterKeyError,
+    SQLiteKeyVault,
+    _remove_stale_staging,
+    _unwrap,
+)
 from engram_memory.ports import KeyVault
 from engram_memory.stores.sqlite import MigrationLedgerError, SchemaVersionError, SQLiteStore
 from engram_memory.testing import KeyVaultConformance
@@ -379,9 +386,16 @@ def test_key_file_permissions_are_not_widened_by_umask(tmp_path: Path, vault_pat
 
 
 def _reveal(vault: KeyVault, key_ref: str) -> bytes:
-    """Test-only access to a raw data key: unwrap its row with the master key."""
+    """Test-only access to a raw data key: unwrap its row with the master key (``LookupError`` without one)."""
     assert isinstance(vault, SQLiteKeyVault)
-    return _unwrap(MASTER, key_ref, _wrapped(Path(vault._path), key_ref))
+    raw = sqlite3.connect(Path(vault._path))
+    try:
+        row = raw.execute("SELECT wrapped FROM data_keys WHERE key_ref = ?", (key_ref,)).fetchone()
+    finally:
+        raw.close()
+    if row is None:
+        raise LookupError(key_ref)
+    return _unwrap(MASTER, key_ref, bytes(row[0]))
 
 
 class TestSQLiteKeyVault(KeyVaultConformance):
@@ -473,6 +487,31 @@ def test_the_clean_up_never_removes_the_key_that_opens_the_vault(tmp_path: Path)
     SQLiteKeyVault(tmp_path / "vault.db", master_key_file=key_path).close()
     assert hidden.read_bytes() == key  # the file the key path resolves to, however named and old
     SQLiteKeyVault(tmp_path / "vault.db", master_key_file=key_path).close()
+
+
+def test_the_clean_up_leaves_everything_when_the_key_file_vanished_meanwhile(tmp_path: Path) -> None:
+    staging = tmp_path / ".vault.key.0123456789abcdef.tmp"
+    staging.write_bytes(os.urandom(32))
+    long_ago = time.time() - STALE_STAGING_SECONDS - 5
+    os.utime(staging, (long_ago, long_ago))
+    _remove_stale_staging(tmp_path / "vault.key")  # removed by another process after the open read it
+    assert staging.exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving a file away needs root")
+def test_the_clean_up_leaves_another_users_staging_files(tmp_path: Path) -> None:
+    key_path = tmp_path / "vault.key"
+    SQLiteKeyVault(tmp_path / "vault.db", master_key_file=key_path).close()
+    theirs = tmp_path / ".vault.key.00000000000000bb.tmp"
+    theirs.write_bytes(os.urandom(32))
+    os.chown(theirs, 4242, 4242)
+    long_ago = time.time() - STALE_STAGING_SECONDS - 5
+    os.utime(theirs, (long_ago, long_ago))
+    SQLiteKeyVault(tmp_path / "vault.db", master_key_file=key_path).close()
+    assert theirs.exists()  # old and unlinked, but not this user's to remove
+    os.chown(theirs, os.getuid(), os.getgid())
+    SQLiteKeyVault(tmp_path / "vault.db", master_key_file=key_path).close()
+    assert not theirs.exists()
 
 
 def test_without_hard_links_the_master_key_file_is_written_in_place(

@@ -9,6 +9,7 @@ import attrs
 import pytest
 
 from engram_memory import DefaultPolicy, ManualClock, MemoryService, ProtocolError
+from engram_memory.errors import StoreUnavailableError
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.stores.memory import InMemoryStore
 from engram_memory.testing import PolicyOverride, capture_args, confirm, make_binding
@@ -150,3 +151,36 @@ def test_a_confirmation_for_another_operation_learns_nothing_of_the_key(setup: A
     for key in (CAPTURE_KEY, "replay-gate-withdraw-fresh"):  # bound to the capture (was DIGEST_CONFLICT); unused
         refused = service.call_tool(WITHDRAW, {**withdraw, "idempotency_key": key}, stale)
         assert refused["error"]["code"] == "gate_failed", key
+
+
+def test_the_write_path_gates_withdraw_and_forget_whatever_it_is_told(setup: Any) -> None:
+    """A safeguard below the service: ``gated=False`` does not open an always-gated tool."""
+    service, _clock, withdraw, approved = setup
+    unconfirmed = attrs.evolve(approved, confirmation=None)
+    typed = parse_args(ARGS_BY_TOOL[WITHDRAW], {**withdraw, "idempotency_key": "replay-gate-withdraw-02"})
+    with pytest.raises(ProtocolError) as caught:
+        service._write.withdraw(unconfirmed, typed, gated=False)
+    assert int(caught.value.code) == -32603
+
+
+def test_a_store_failing_while_the_gate_reads_is_answered_as_such(setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate's own read failing is the store's error (retriable), not a refusal of the confirmation."""
+    service, clock, withdraw, approved = setup
+    fresh = {**withdraw, "idempotency_key": "replay-gate-withdraw-03"}
+    confirmed = confirm(service, WITHDRAW, fresh, approved, clock)
+
+    def unavailable(_reader: object, _confirmation_id: str) -> bool:
+        raise StoreUnavailableError("injected: the store went away")
+
+    monkeypatch.setattr(type(_reader_of(service)), "confirmation_used", unavailable)
+    refused = service.call_tool(WITHDRAW, fresh, confirmed)
+    assert refused["error"] == {
+        "code": "STORE_UNAVAILABLE",
+        "message": "the memory store is unavailable",
+        "retriable": True,
+    }
+
+
+def _reader_of(service: MemoryService) -> object:
+    with service.store.read(make_binding().scope) as reader:
+        return reader

@@ -403,6 +403,22 @@ def test_accepts_destroy_candidate_keys_in_batches(harness: Harness, store: InMe
     assert store.raw_partition(A.scope).doomed == set()
 
 
+def test_a_batch_the_vault_refuses_is_logged_and_waits_for_the_next_accept(
+    harness: Harness, store: InMemoryStore, vault: FlakyVault, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The accept that fills the batch still succeeds: its keys stay doomed, and the next accept destroys them."""
+    waiting = _accepted_keys(harness, store, A, "refused-batch", 15)
+    vault.failures = 1
+    with caplog.at_level("ERROR", logger="engram_memory"):
+        waiting += _accepted_keys(harness, store, A, "refused-batch-last", 1)
+    assert caplog.messages == ["key destruction deferred; MemoryAdmin.reap_keys will retry"]
+    assert all(vault.holds(key) for key in waiting)
+    assert store.raw_partition(A.scope).doomed == set(waiting)
+    waiting += _accepted_keys(harness, store, A, "refused-batch-next", 1)
+    assert not any(vault.holds(key) for key in waiting)
+    assert store.raw_partition(A.scope).doomed == set()
+
+
 @pytest.mark.parametrize("ending", ["reject", "withdraw", "forget"])
 def test_a_reject_withdraw_or_forget_destroys_every_key_accepts_left_waiting(
     ending: str, harness: Harness, store: InMemoryStore, vault: FlakyVault

@@ -8,8 +8,11 @@ Bind it with one fixture::
             return MyVault(...)
 
 Capability fixtures: ``key_material`` may return a callable that reveals the raw key bytes of a
-``key_ref`` (test-only access); the suite then also proves the key never appears in ``repr``
-or exception text. By default it returns ``None`` and only plaintext leaks are checked.
+``key_ref`` from the vault's storage (test-only access) and raises :class:`LookupError` when the
+storage holds nothing of that key; the suite then also proves the key never appears in ``repr``
+or exception text, and that a destroyed key is gone from the storage, not only refused by
+``open`` (a "soft delete" would leave forgotten content recoverable from a copy of the vault).
+By default it returns ``None`` and only plaintext leaks are checked.
 ``complete_destruction`` must return a callable that carries out scheduled destructions (drain a
 queue, advance a fake clock) when the vault's ``destroys_synchronously`` is false: the suite then
 checks that destroyed keys are gone, and fails a scheduling vault that does not provide it.
@@ -37,7 +40,7 @@ from engram_memory.ports import KeyVault, SealedEnvelope
 __all__ = ["CompleteDestruction", "KeyMaterial", "KeyVaultConformance", "Reopen", "finish_destruction"]
 
 KeyMaterial = Callable[[KeyVault, str], bytes]
-"""Reveals the raw key bytes behind a key ref (only a test binding can provide this)."""
+"""Reveals the raw key bytes behind a key ref, or raises LookupError (only a test binding can provide this)."""
 CompleteDestruction = Callable[[KeyVault], None]
 """Carries out a scheduling vault's pending destructions (only a test binding can provide this)."""
 Reopen = Callable[[], KeyVault]
@@ -46,6 +49,17 @@ Reopen = Callable[[], KeyVault]
 CONTEXT = "sha256:" + "ab" * 32
 OTHER_CONTEXT = "sha256:" + "cd" * 32
 PLAINTEXT = b'{"text":"zqkeyvaultplaintext conformance"}'
+
+
+def _assert_gone_from_storage(vault: KeyVault, key_material: KeyMaterial | None, key_ref: str) -> None:
+    """With ``key_material``: the vault's storage holds nothing of a destroyed key (``LookupError``)."""
+    if key_material is None:
+        return
+    try:
+        left = key_material(vault, key_ref)
+    except LookupError:
+        return
+    pytest.fail(f"a destroyed key's {len(left)} bytes are still in the vault's storage (a soft delete?)")
 
 
 def finish_destruction(vault: KeyVault, complete_destruction: CompleteDestruction | None) -> None:
@@ -245,14 +259,23 @@ class KeyVaultConformance:
             vault.open(attrs.evolve(first, key_ref=second.key_ref), CONTEXT)
 
     def test_a_destroyed_key_is_unavailable(
-        self, vault: KeyVault, complete_destruction: CompleteDestruction | None
+        self,
+        vault: KeyVault,
+        complete_destruction: CompleteDestruction | None,
+        key_material: KeyMaterial | None,
     ) -> None:
-        """After ``destroy`` (and, for a scheduling vault, its completion) the envelope no longer opens."""
+        """After ``destroy`` (and, for a scheduling vault, its completion) the envelope no longer opens.
+
+        With ``key_material``, the key's bytes are gone from the vault's storage too.
+        """
         envelope = vault.seal(CONTEXT, PLAINTEXT)
+        if key_material is not None:
+            assert key_material(vault, envelope.key_ref), "key_material reveals nothing of a live key"
         vault.destroy(envelope.key_ref)
         finish_destruction(vault, complete_destruction)
         with pytest.raises(KeyUnavailableError):
             vault.open(envelope, CONTEXT)
+        _assert_gone_from_storage(vault, key_material, envelope.key_ref)
 
     def test_destroying_one_key_keeps_the_others(self, vault: KeyVault) -> None:
         """Destroying a key leaves envelopes sealed under other keys readable."""
@@ -280,7 +303,9 @@ class KeyVaultConformance:
         with pytest.raises(KeyUnavailableError):
             vault.open(attrs.evolve(envelope, key_ref=envelope.key_ref + "0"), CONTEXT)
 
-    def test_destroy_is_idempotent(self, vault: KeyVault, complete_destruction: CompleteDestruction | None) -> None:
+    def test_destroy_is_idempotent(
+        self, vault: KeyVault, complete_destruction: CompleteDestruction | None, key_material: KeyMaterial | None
+    ) -> None:
         """Destroying again, before or after the destruction completes, or an unknown key, never revives a key.
 
         The service destroys a key again when it retries (doomed keys, a replayed forget), so a
@@ -298,6 +323,7 @@ class KeyVaultConformance:
         finish_destruction(vault, complete_destruction)
         with pytest.raises(KeyUnavailableError):
             vault.open(doomed, CONTEXT)
+        _assert_gone_from_storage(vault, key_material, doomed.key_ref)
         assert vault.open(kept, OTHER_CONTEXT) == b"kept"
 
     def test_concurrent_seals_opens_and_destroys_keep_every_key_apart(

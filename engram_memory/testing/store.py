@@ -71,6 +71,10 @@ class _AbortUnitError(Exception):
     """Raised inside a unit of work to force a rollback."""
 
 
+class _AbortUnitInterruptError(BaseException):
+    """A ``BaseException`` that is no ``Exception`` (as ``KeyboardInterrupt`` is), raised inside a unit."""
+
+
 def _sealed(tag: str) -> SealedEnvelope:
     return SealedEnvelope(key_ref=f"key_{tag}", nonce=b"\x01" * 12, ciphertext=f"ciphertext-{tag}".encode())
 
@@ -294,6 +298,8 @@ def _eligibility_mismatch(
 _LONG_JOURNAL = 2_500
 """Events of the long-journal test, appended in ``_LONG_UNITS`` units: far more than any page size."""
 _LONG_UNITS = 5
+_MANY_SCOPES = 1_100
+"""Scopes of the many-scopes test: more than a page of a thousand."""
 
 _TERMS = (
     *("alphabet", "alphabets", "alphabetical"),
@@ -586,6 +592,23 @@ class StoreConformance:
         """
         return None
 
+    def test_an_unindexed_term_leaves_no_trace_in_the_store(self, store: Store, term_traces: TermTraces | None) -> None:
+        """``term_traces`` finds an indexed term, and nothing of it once its only document is unindexed.
+
+        Skipped, so that a report shows it, when the binding gives no ``term_traces``: the kit then
+        checks the postings through the port only, and a store that keeps an index outside the
+        port's view (a table of term digests, an empty posting list left under a term) could keep
+        a forgotten term on disk and still pass.
+        """
+        if term_traces is None:
+            pytest.skip("no term_traces: nothing checks that an unindexed term leaves no trace in the store")
+        with store.write(SCOPE_A) as unit:
+            unit.index_document(_document("mem_traced", {"traced": _freq(primary=1)}))
+        assert term_traces(store, SCOPE_A, "traced"), "term_traces finds nothing of a term that is indexed"
+        with store.write(SCOPE_A) as unit:
+            unit.unindex("mem_traced")
+        assert not term_traces(store, SCOPE_A, "traced"), "a term whose only document was unindexed left a trace"
+
     # ------------------------------------------------------------------ empty store
 
     def test_an_empty_scope_reads_as_empty(self, store: Store) -> None:
@@ -867,6 +890,24 @@ class StoreConformance:
         if term_traces is not None:
             left = [term for term in ("wordb", "fresh") if term_traces(store, SCOPE_A, term)]
             assert not left, f"terms indexed by a unit that rolled back left traces: {left}"
+
+    def test_an_interrupt_rolls_back_every_write(self, store: Store) -> None:
+        """A ``BaseException`` that is not an ``Exception`` (Ctrl-C, ``SystemExit``) rolls the unit back too."""
+        before = _populated(store)
+
+        def interrupted(unit: UnitOfWork) -> None:
+            _populate(unit, "b")
+            _append(unit)
+            unit.put_idempotency(
+                "principal-9", "key-interrupted", IdempotencyRow(intent_digest=_digest("i"), response=b"")
+            )
+            raise _AbortUnitInterruptError
+
+        with pytest.raises(_AbortUnitInterruptError):
+            _run_unit(store, SCOPE_A, interrupted)
+        with store.read(SCOPE_A) as reader:
+            _same_snapshot(_snapshot(reader), before, "an interrupt inside a unit left some of its writes")
+            assert reader.idempotency("principal-9", "key-interrupted") is None, "an interrupted unit's key binding"
 
     def test_a_conflict_rolls_back_the_whole_unit(self, store: Store) -> None:
         """A StoreConflictError raised by the port leaves none of the unit's earlier writes."""
@@ -1175,6 +1216,47 @@ class StoreConformance:
                 unit.clear_doomed_key("key_a")
         with store.read(SCOPE_A) as reader:
             assert reader.doomed_keys() == ["key_b"], "clear_doomed_key clears that key only"
+
+    def test_a_long_list_of_doomed_keys_comes_back_whole(self, store: Store) -> None:
+        """2,500 doomed keys (a vault outage's backlog) are all listed, sorted, and cleared exactly.
+
+        A store that lists them in pages must follow every page: the write path destroys exactly
+        what ``doomed_keys()`` returns, so a key left out would never be destroyed.
+        """
+        refs = [f"key_backlog_{index:05d}" for index in range(_LONG_JOURNAL)]
+        for start in range(0, len(refs), len(refs) // _LONG_UNITS):
+            with store.write(SCOPE_A) as unit:
+                for ref in refs[start : start + len(refs) // _LONG_UNITS]:
+                    unit.doom_key(ref)
+        with store.read(SCOPE_A) as reader:
+            listed = reader.doomed_keys()
+        assert listed == sorted(refs), f"doomed_keys() lists {len(listed)} of {len(refs)} keys, or out of order"
+        with store.write(SCOPE_A) as unit:
+            for ref in refs[::2]:
+                unit.clear_doomed_key(ref)
+        with store.read(SCOPE_A) as reader:
+            assert reader.doomed_keys() == sorted(refs[1::2]), "clearing half of a long list"
+
+    def test_clearing_a_doomed_key_clears_it_in_its_own_scope_only(self, store: Store) -> None:
+        for scope in (SCOPE_A, SCOPE_B):
+            with store.write(scope) as unit:
+                unit.doom_key("key_in_two_scopes")
+        with store.write(SCOPE_A) as unit:
+            unit.clear_doomed_key("key_in_two_scopes")
+        with store.read(SCOPE_B) as reader:
+            assert reader.doomed_keys() == ["key_in_two_scopes"], "clear_doomed_key cleared another scope's key"
+
+    def test_many_scopes_are_all_listed(self, store: Store) -> None:
+        """1,100 scopes with an event each are listed once each, sorted: a store that pages follows every page.
+
+        The key reaper and the operator commands visit every scope through ``scopes()``.
+        """
+        scopes = [scope_key(f"tenant-{index:04d}", "workspace-1") for index in range(_MANY_SCOPES)]
+        for scope in scopes:
+            with store.write(scope) as unit:
+                _append(unit)
+        listed = store.scopes()
+        assert listed == sorted(scopes), f"scopes() lists {len(listed)} of {len(scopes)} scopes, or out of order"
 
     # ------------------------------------------------------------------ isolation
 
@@ -1557,8 +1639,9 @@ class StoreConformance:
         digest of it, no empty posting list), while a term another document holds is still there.
         """
         kept = _document("mem_b", {"shared": _freq(primary=1)})
+        every_field = _freq(primary=1, decision=2, evidence=3, context=4, citations=5)  # each length counts
         with store.write(SCOPE_A) as unit:
-            unit.index_document(_document("mem_a", {"shared": _freq(primary=2), "only": _freq(context=5)}))
+            unit.index_document(_document("mem_a", {"shared": _freq(primary=2), "only": every_field}))
             unit.index_document(kept)
         with store.write(SCOPE_A) as unit:
             unit.unindex("mem_a")
