@@ -50,7 +50,7 @@ import contextlib
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Final
 
@@ -120,6 +120,21 @@ def _key_file_argument(command: argparse.ArgumentParser, *, default: str = "DB.k
     )
 
 
+def _database_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    *,
+    summary: str,
+    description: str,
+    run: Callable[[argparse.Namespace], int],
+) -> None:
+    """A command on an existing database: ``--db`` and ``--key-file``, its description ending on how the vault opens."""
+    command = commands.add_parser(name, help=summary, description=description + _KEY_FILE)
+    command.add_argument("--db", required=True, help="the SQLite database file")
+    _key_file_argument(command)
+    command.set_defaults(run=run)
+
+
 _KEY_FILE: Final = (
     " The key vault DB.vault opens under the master key in DB.key beside the database, or in --key-file PATH "
     "for a key kept elsewhere; the key file is never written, and a missing one or a wrong key exits 1."
@@ -141,9 +156,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--db", help="a new database file to run on and keep (default: a temporary file, deleted)")
     demo.set_defaults(run=_cmd_demo)
-    verify = commands.add_parser(
+    _database_command(
+        commands,
         "verify",
-        help="re-derive every scope's journal chain and state",
+        summary="re-derive every scope's journal chain and state",
         description=(
             "Re-derive every scope's journal hash chain and folded state and compare them with the stored "
             "state and sealed bodies, after SQLite's integrity_check of the database and key vault files (a "
@@ -151,26 +167,23 @@ def _parser() -> argparse.ArgumentParser:
             "one line per scope; exits 1 if any scope fails, naming "
             "the code (JOURNAL_CORRUPT, CURSOR_GAP, BLOB_MISSING) and the first bad cursor. On a database "
             "with no scope yet it says so on standard error and exits 0. Never modifies the "
-            "files: a database or key vault at another schema version is refused, not migrated." + _KEY_FILE
+            "files: a database or key vault at another schema version is refused, not migrated."
         ),
+        run=_cmd_verify,
     )
-    verify.add_argument("--db", required=True, help="the SQLite database file")
-    _key_file_argument(verify)
-    verify.set_defaults(run=_cmd_verify)
-    stats = commands.add_parser(
+    _database_command(
+        commands,
         "stats",
-        help="counts per scope and state, and journal height",
+        summary="counts per scope and state, and journal height",
         description=(
             "Print, for every scope of an existing database, its journal height, how many candidates and "
             "records are in each lifecycle state, and how many keys wait to be destroyed (keys:doomed, when any: "
             "reap-keys destroys them); on a database with no scope yet, it says so on standard error. "
             "Reads only; never prints content. A database or key vault at "
-            "another schema version is refused, not migrated." + _KEY_FILE
+            "another schema version is refused, not migrated."
         ),
+        run=_cmd_stats,
     )
-    stats.add_argument("--db", required=True, help="the SQLite database file")
-    _key_file_argument(stats)
-    stats.set_defaults(run=_cmd_stats)
     pending = commands.add_parser(
         "pending",
         help="list one scope's pending candidates, opened for review (JSON lines)",
@@ -209,21 +222,20 @@ def _parser() -> argparse.ArgumentParser:
         help="with --decision accept: accept even though the content was forgotten in the scope (re-admits it)",
     )
     adjudicate.set_defaults(run=_cmd_adjudicate)
-    reap = commands.add_parser(
+    _database_command(
+        commands,
         "reap-keys",
-        help="destroy every scope's doomed keys (after a crash or a vault outage)",
+        summary="destroy every scope's doomed keys (after a crash or a vault outage)",
         description=(
             "Destroy the data keys every scope holds doomed (MemoryAdmin.reap_keys): a withdraw or forget "
             "killed between its commit and its key destruction leaves its key doomed, as does a vault outage, "
             "and accepts destroy theirs in batches. stats shows them as keys:doomed. Opens the files "
             "read-write. Prints how many keys it asked the vault to destroy; exits 1 with one line if the vault "
             "failed for some scope (the keys stay doomed) or the store could not clear the rows of the keys it "
-            "destroyed (read-only or locked): run it again." + _KEY_FILE
+            "destroyed (read-only or locked): run it again."
         ),
+        run=_cmd_reap_keys,
     )
-    reap.add_argument("--db", required=True, help="the SQLite database file")
-    _key_file_argument(reap)
-    reap.set_defaults(run=_cmd_reap_keys)
     serve = commands.add_parser(
         "serve-mcp",
         help="serve search, get, capture and request_admission over MCP stdio for one fixed local scope",
