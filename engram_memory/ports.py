@@ -385,8 +385,9 @@ class UnitOfWork(StoreReader, Protocol):
 
     Reads see the committed state plus the unit's own writes; no other unit of the scope runs
     until this one ends (:meth:`Store.write`), so what it reads stays true until it commits.
-    Leaving the ``with`` block normally commits; an exception rolls everything back and
-    propagates. Nothing the unit wrote shows in a view on another thread before its commit.
+    Leaving the ``with`` block normally commits; any exception, ``KeyboardInterrupt`` and
+    ``SystemExit`` included, rolls everything back and propagates. Nothing the unit wrote shows
+    in a view on another thread before its commit.
     """
 
     def append_event(self, event: JournalEvent) -> None:

@@ -98,6 +98,16 @@ def test_a_vault_that_only_hides_destroyed_keys_fails_the_kit_when_it_can_look_a
     kit.test_a_destroyed_key_is_unavailable(InMemoryKeyVault(), None, _reveal_memory)  # a real erasure passes
 
 
+def test_a_key_material_binding_that_answers_none_for_a_missing_key_is_told_to_raise() -> None:
+    def reveal_or_none(vault: KeyVault, key_ref: str) -> bytes:
+        assert isinstance(vault, InMemoryKeyVault)
+        return vault._keys.get(key_ref)  # type: ignore[return-value]  # the binding's mistake under test
+
+    kit = KeyVaultConformance()
+    with pytest.raises(pytest.fail.Exception, match="key_material must raise LookupError"):
+        kit.test_a_destroyed_key_is_unavailable(InMemoryKeyVault(), None, reveal_or_none)
+
+
 def _reveal_memory(vault: KeyVault, key_ref: str) -> bytes:
     assert isinstance(vault, InMemoryKeyVault)
     return vault._keys[key_ref]

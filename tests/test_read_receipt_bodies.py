@@ -1,9 +1,9 @@
 """docs/contract.md, "Record and read receipt bodies": every digest of a search and a get, re-derived.
 
 Each digest is recomputed here from the documented domain string and body, with ``hashlib`` and the
-``rfc8785`` package over the values in the answer (plus the three inputs the docs name as the
-host's: the journal event digest at the pin, the scope's high water and the policy version), never
-with the library's own digest helpers.
+``rfc8785`` package over the values in the answer plus the inputs the docs name as the host's (the
+binding, the policy's id and version, a record's candidate id, the journal event digest at the pin
+and the scope's high water), never with the library's own digest helpers.
 """
 
 from __future__ import annotations

@@ -56,9 +56,11 @@ def _assert_gone_from_storage(vault: KeyVault, key_material: KeyMaterial | None,
     if key_material is None:
         return
     try:
-        left = key_material(vault, key_ref)
+        left: object = key_material(vault, key_ref)
     except LookupError:
         return
+    if not isinstance(left, bytes) or not left:
+        pytest.fail(f"key_material must raise LookupError for a key the storage does not hold; it returned {left!r}")
     pytest.fail(f"a destroyed key's {len(left)} bytes are still in the vault's storage (a soft delete?)")
 
 
@@ -187,7 +189,11 @@ class KeyVaultConformance:
 
     @pytest.fixture
     def key_material(self) -> KeyMaterial | None:
-        """Capability: reveals raw key bytes so the suite can look for them; ``None`` by default."""
+        """Capability: reveals raw key bytes from storage so the suite can look for them; ``None`` by default.
+
+        The callable must raise :class:`LookupError` (``KeyError`` is one) for a key the storage
+        does not hold: the suite checks that a destroyed key is gone, not only refused by ``open``.
+        """
         return None
 
     @pytest.fixture
