@@ -110,6 +110,17 @@ class Attempt:
             checks()
 
 
+def intent_of(tool: str, arguments: dict[str, Any]) -> str:
+    """The idempotency intent: digest of (tool, canonical JSON arguments), never time or receipts.
+
+    A capture's ``retention`` or ``reconciliation`` equal to its default counts as omitted: a
+    retry that spells out the default it first omitted (or the reverse) is a replay.
+    """
+    if tool == "engram_memory_capture":
+        arguments = {**arguments, "payload": without_spelled_out_defaults(arguments["payload"])}
+    return digest(Domain.IDEMPOTENCY_INTENT, {"tool": tool, "arguments": arguments})
+
+
 class MutationGuard:
     """Idempotency, confirmation and units of work for the write path."""
 
@@ -133,15 +144,8 @@ class MutationGuard:
         )
 
     def intent(self, tool: str, args: Mutation) -> str:
-        """The idempotency intent: digest of (tool, canonical arguments), never time or receipts.
-
-        A capture's ``retention`` or ``reconciliation`` equal to its default counts as omitted: a
-        retry that spells out the default it first omitted (or the reverse) is a replay.
-        """
-        arguments = unstructure_args(args)
-        if isinstance(args, CaptureArgs):
-            arguments["payload"] = without_spelled_out_defaults(arguments["payload"])
-        return digest(Domain.IDEMPOTENCY_INTENT, {"tool": tool, "arguments": arguments})
+        """The idempotency intent of typed arguments (:func:`intent_of`)."""
+        return intent_of(tool, unstructure_args(args))
 
     def now(self, binding: HostBinding) -> datetime:
         """The current instant, or ``DEADLINE_EXCEEDED`` when the binding's deadline has passed."""
@@ -392,12 +396,16 @@ class MutationGuard:
 
         :meth:`engram_memory.MemoryAdmin.reap_keys` retries them. Returns how many keys were destroyed.
         """
+        return 0 if self._destroy_logged(scope, key_refs) else len(key_refs)
+
+    def _destroy_logged(self, scope: str, key_refs: Sequence[str]) -> EngramError | None:
+        """:meth:`destroy_doomed`, its failure logged and returned instead of raised."""
         try:
             self.destroy_doomed(scope, key_refs)
-        except EngramError:
+        except EngramError as exc:
             _log.exception("key destruction deferred; MemoryAdmin.reap_keys will retry")
-            return 0
-        return len(key_refs)
+            return exc
+        return None
 
     def destroy_doomed(self, scope: str, key_refs: Sequence[str]) -> None:
         """Destroy committed-doomed keys in one vault call, then clear them in one unit of work.
@@ -442,14 +450,12 @@ class MutationGuard:
         for scope in self._store.scopes():
             with self.read(scope) as reader:
                 doomed = reader.doomed_keys()
-            try:
-                self.destroy_doomed(scope, doomed)
-            except EngramError as exc:
-                _log.exception("key destruction deferred; MemoryAdmin.reap_keys will retry")
-                first_failure = first_failure or exc
-                failed += len(doomed)
-            else:
+            failure = self._destroy_logged(scope, doomed)
+            if failure is None:
                 reaped += len(doomed)
+            else:
+                first_failure = first_failure or failure
+                failed += len(doomed)
         if first_failure is not None:
             detail = f"{failed} doomed keys not destroyed, {reaped} were"
             raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=detail) from first_failure

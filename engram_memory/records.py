@@ -61,18 +61,19 @@ def candidate_id_for(scope: str, principal: str, idempotency_key: str) -> str:
     return "candidate_" + identity.removeprefix("sha256:")
 
 
+def _payload_defaults() -> dict[str, Any]:
+    """The payload members a capture may omit, each with the value an omitted one has (fresh objects)."""
+    return {"retention": dict(DEFAULT_RETENTION), "reconciliation": {"family_refs": []}}
+
+
+_NO_DEFAULT: Final = object()
+
+
 def complete_payload(payload: dict[str, Any], scope: str) -> dict[str, Any]:
     """The payload as digested and stored: scope injected, retention and reconciliation defaulted."""
-    completed = dict(payload)
+    completed = {**_payload_defaults(), **payload}
     completed["scope_ref"] = scope
-    completed.setdefault("retention", dict(DEFAULT_RETENTION))
-    completed.setdefault("reconciliation", {"family_refs": []})
     return completed
-
-
-_PAYLOAD_DEFAULTS: Final = {"retention": DEFAULT_RETENTION, "reconciliation": {"family_refs": []}}
-"""The payload members a capture may omit, and the value :func:`complete_payload` gives an omitted one."""
-_NO_DEFAULT: Final = object()
 
 
 def without_spelled_out_defaults(payload: dict[str, Any]) -> dict[str, Any]:
@@ -81,7 +82,8 @@ def without_spelled_out_defaults(payload: dict[str, Any]) -> dict[str, Any]:
     An omitted member and its default spelled out are the same content (one payload digest): a
     capture's idempotency intent counts them as one.
     """
-    return {name: value for name, value in payload.items() if _PAYLOAD_DEFAULTS.get(name, _NO_DEFAULT) != value}
+    defaults = _payload_defaults()
+    return {name: value for name, value in payload.items() if defaults.get(name, _NO_DEFAULT) != value}
 
 
 def authorization_receipt(

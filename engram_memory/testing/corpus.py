@@ -45,6 +45,7 @@ from engram_memory.canonical import (
 )
 from engram_memory.context import ALL_TOOLS, HostBinding
 from engram_memory.journal import build_event
+from engram_memory.mutation_guard import intent_of
 from engram_memory.ports import (
     CandidateRow,
     IdempotencyRow,
@@ -60,7 +61,6 @@ from engram_memory.records import (
     complete_payload,
     transaction_receipt,
     trust_binding,
-    without_spelled_out_defaults,
 )
 from engram_memory.results import AdmissionOutcome, CaptureResult, RequestAdmissionResult
 from engram_memory.write_path import store_admitted_record
@@ -474,8 +474,7 @@ def _preload_one(unit: UnitOfWork, vault: KeyVault, ctx: _Context, arguments: Ma
             record_digest=record_digest,
         ),
     ).to_json()
-    intent_arguments = {**arguments, "payload": without_spelled_out_defaults(arguments["payload"])}  # as the service
-    intent = digest(Domain.IDEMPOTENCY_INTENT, {"tool": _CAPTURE, "arguments": intent_arguments})
+    intent = intent_of(_CAPTURE, dict(arguments))
     unit.put_idempotency(
         binding.principal, key, IdempotencyRow(intent_digest=intent, response=canonical_bytes(captured))
     )
@@ -535,7 +534,7 @@ def _preload_one(unit: UnitOfWork, vault: KeyVault, ctx: _Context, arguments: Ma
         )
     )
     admit_args = {"candidate_id": candidate_id, "idempotency_key": admission_key(key)}
-    admit_intent = digest(Domain.IDEMPOTENCY_INTENT, {"tool": _ADMISSION, "arguments": admit_args})
+    admit_intent = intent_of(_ADMISSION, admit_args)
     admitted = RequestAdmissionResult(outcome=outcome, replayed=False).to_json()
     unit.put_idempotency(
         binding.principal,
