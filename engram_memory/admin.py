@@ -10,10 +10,10 @@ from engram_memory.canonical import Domain, digest
 from engram_memory.context import HostBinding
 from engram_memory.errors import EngramError, ErrorCode, ProtocolError
 from engram_memory.journal import VerifyReport, state_digest, verify_scope
-from engram_memory.ports import CandidateRow, SealedEnvelope, StoreReader
+from engram_memory.ports import CandidateRow, Capturer, SealedEnvelope, StoreReader
 from engram_memory.results import RequestAdmissionResult
 from engram_memory.service import MemoryService
-from engram_memory.write_path import KeyVanishedError
+from engram_memory.write_path import KeyVanishedError, capturer_of
 
 _VERIFY_SNAPSHOTS: Final = 3
 """Snapshots :meth:`MemoryAdmin.verify_scope` reads at most while keys vanish under it."""
@@ -103,6 +103,8 @@ class PendingCandidate:
     ``True`` when a record of the same payload was forgotten in the scope (its payload digest is
     among the tombstones): accepting it re-admits content that a forget erased, which no policy
     does by itself (the forgotten-content guard, DESIGN D7) and only the host's ``adjudicate`` can.
+    ``captured_by`` is the binding that captured it (``None`` for a candidate sealed by a
+    pre-release that did not record it).
     """
 
     candidate_id: str
@@ -115,6 +117,7 @@ class PendingCandidate:
     payload: dict[str, Any]
     evidence: dict[str, Any]
     forgotten: bool
+    captured_by: Capturer | None
 
 
 class MemoryAdmin:
@@ -253,6 +256,7 @@ class MemoryAdmin:
                 payload=envelope["payload"],
                 evidence=envelope["evidence"],
                 forgotten=forgotten[row.candidate_id],
+                captured_by=capturer_of(envelope),
             )
             for row, envelope in opened
             if envelope is not None

@@ -28,6 +28,11 @@ _BOOL = attrs.validators.instance_of(bool)
 _NON_EMPTY = attrs.validators.and_(attrs.validators.instance_of(str), attrs.validators.min_len(1))
 
 
+def _own_capture(request: AdmissionRequest) -> bool:
+    """Whether the requester is the principal that captured the candidate (``False`` when unknown)."""
+    return request.capturer is not None and request.capturer.principal == request.principal
+
+
 def _sorted_pointers(pointers: Iterable[str] | None) -> tuple[str, ...] | None:
     return None if pointers is None else tuple(sorted(set(pointers)))
 
@@ -39,6 +44,11 @@ class DefaultPolicy:
     Args:
         admission: ``"adjudicate"`` (default: every candidate waits for a host decision through
             :meth:`engram_memory.MemoryAdmin.adjudicate`), ``"accept"`` or ``"reject"``.
+        accept_any_requester: with ``admission="accept"``, also accept a candidate whose
+            admission another principal requests than the one that captured it. Off by default:
+            such a request is held for the host (``adjudication_required``), as is one for a
+            candidate whose capturer is unknown (sealed by a pre-release), so that no principal
+            gets another's draft admitted, and readable, on its own.
         confirm_capture: captures need a host confirmation.
         confirm_admission: admission requests need a host confirmation.
         allow_retain: ``retention.derivative_rule: "retain"`` is allowed.
@@ -66,6 +76,7 @@ class DefaultPolicy:
     admission: Literal["adjudicate", "accept", "reject"] = attrs.field(
         default="adjudicate", validator=attrs.validators.in_(tuple(_DECISIONS))
     )
+    accept_any_requester: bool = attrs.field(default=False, validator=_BOOL)
     confirm_capture: bool = attrs.field(default=False, validator=_BOOL)
     confirm_admission: bool = attrs.field(default=False, validator=_BOOL)
     allow_retain: bool = attrs.field(default=False, validator=_BOOL)
@@ -115,9 +126,16 @@ class DefaultPolicy:
         return self.network
 
     def decide(self, request: AdmissionRequest, now: datetime) -> AdmissionDecision:
-        """The configured decision, issued now for the request's record digest."""
+        """The configured decision, issued now for the request's record digest.
+
+        An ``accept`` for a request by another principal than the capturer (or of an unknown
+        capturer) is ``adjudication_required`` unless ``accept_any_requester`` is set.
+        """
+        decision = _DECISIONS[self.admission]
+        if decision == "accept" and not self.accept_any_requester and not _own_capture(request):
+            decision = "adjudication_required"
         return AdmissionDecision(
-            decision=_DECISIONS[self.admission],
+            decision=decision,
             record_digest=request.record_digest,
             issued_at=now,
             policy_id=self.policy_id,

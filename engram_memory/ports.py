@@ -25,6 +25,7 @@ __all__ = [
     "AdmissionRequest",
     "CandidateRow",
     "CaptureConstraints",
+    "Capturer",
     "Clock",
     "EligibleDocument",
     "IdempotencyRow",
@@ -604,14 +605,29 @@ class CaptureConstraints:
 
 
 @attrs.frozen(kw_only=True)
+class Capturer:
+    """Who captured a candidate: the principal, agent id and session of the capturing binding.
+
+    The service seals it inside the candidate's envelope (never in the store's clear columns), so
+    it is destroyed with the envelope's key when the candidate leaves ``pending``.
+    """
+
+    principal: str
+    agent_id: str
+    session: str
+
+
+@attrs.frozen(kw_only=True)
 class AdmissionRequest:
-    """What the service hands the policy: the opened, re-digested candidate, and who asks.
+    """What the service hands the policy: the opened, re-digested candidate, who asks, and who captured it.
 
     ``principal``, ``agent_id`` and ``session`` are those of the binding that calls
-    ``request_admission`` (the requester), not of the capture: the store does not record who
-    captured a candidate, so a rule such as "never admit one's own capture" cannot be written
-    from this request. A host that needs the capturer records it when the capture answers (the
-    answer names the ``candidate_id``) and looks it up here by ``candidate_id``.
+    ``request_admission`` (the requester). ``capturer`` is the binding that captured the
+    candidate, so a policy can tell a request for one's own capture from a request for another
+    principal's (every principal of a workspace can name any candidate of it, and candidate ids
+    are derived from guessable inputs). It is ``None`` only for a candidate sealed by a
+    pre-release that did not record it (envelope schema 1); a policy that keys a rule on the
+    capturer treats ``None`` as unknown.
     """
 
     candidate_id: str
@@ -623,6 +639,7 @@ class AdmissionRequest:
     principal: str
     agent_id: str
     session: str
+    capturer: Capturer | None = None
 
 
 Decision = Literal["accept", "reject", "adjudication_required"]

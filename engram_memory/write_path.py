@@ -52,6 +52,7 @@ from engram_memory.mutation_guard import Attempt, MutationGuard
 from engram_memory.ports import (
     AdmissionRequest,
     CandidateRow,
+    Capturer,
     Clock,
     IndexedDocument,
     KeyVault,
@@ -96,6 +97,16 @@ CAPTURE = "engram_memory_capture"
 ADMISSION = "engram_memory_request_admission"
 WITHDRAW = "engram_memory_withdraw"
 FORGET = "engram_memory_forget"
+
+
+def capturer_of(envelope: dict[str, Any]) -> Capturer | None:
+    """Who captured an opened candidate envelope; ``None`` for one of schema 1, which did not record it."""
+    captured_by = envelope.get("captured_by")
+    if captured_by is None:
+        return None
+    return Capturer(
+        principal=captured_by["principal"], agent_id=captured_by["agent_id"], session=captured_by["session"]
+    )
 
 
 def store_admitted_record(
@@ -190,9 +201,14 @@ class WritePath:
                 trust=trust,
             )
             envelope = {
-                "schema_version": 1,
+                "schema_version": 2,
                 "payload": completed,
                 "evidence": raw["evidence"],
+                "captured_by": {
+                    "principal": binding.principal,
+                    "agent_id": binding.agent_id,
+                    "session": binding.session,
+                },
                 "authorization_receipt_digest": authorization,
                 "trust": trust,
                 "recorded_at": recorded_at,
@@ -506,6 +522,7 @@ class WritePath:
             principal=binding.principal,
             agent_id=binding.agent_id,
             session=binding.session,
+            capturer=capturer_of(opened),
         )
         decision = self._policy.decide(request, now)  # a failing or malformed one: POLICY_UNAVAILABLE (GuardedPolicy)
         if decision.policy_id != row.policy_id or decision.policy_version != row.policy_version:

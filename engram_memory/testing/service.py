@@ -1285,9 +1285,10 @@ class ServiceConformance:
         sealed = self.sealed_candidate(harness, A, candidate_id)
         envelope = json.loads(harness.service.vault.open(sealed, candidate_context(A.scope, candidate_id)))
         assert envelope == {
-            "schema_version": 1,
+            "schema_version": 2,
             "payload": completed,
             "evidence": arguments["evidence"],
+            "captured_by": {"principal": A.principal, "agent_id": A.agent_id, "session": A.session},
             "authorization_receipt_digest": authorization,
             "trust": trust,
             "recorded_at": _T0,
