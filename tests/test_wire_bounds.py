@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import sys
+import unicodedata
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
@@ -673,11 +674,22 @@ def test_copied_values_are_kept_verbatim(tool: str, pointer: str, attribute: str
     assert getattr(typed, attribute) == "e\u0301"
 
 
-def test_attestation_is_kept_verbatim_and_bounded_as_sent() -> None:
+@pytest.mark.parametrize(
+    ("attestation", "expected"),
+    [
+        pytest.param("e\u0301" * 2048, None, id="6144-raw-bytes-4096-nfc"),
+        pytest.param("e\u0301" * 2048 + "a", (SCHEMA, "/evidence/attestation"), id="4097-nfc"),
+        pytest.param("\ufb2c" * 683, (SCHEMA, "/evidence/attestation"), id="2049-raw-bytes-4098-nfc"),
+        pytest.param("\ufb2c" * 682, None, id="2046-raw-bytes-4092-nfc"),
+    ],
+)
+def test_attestation_is_normalised_and_bounded_after_nfc(attestation: str, expected: Expected) -> None:
+    """The attestation is free text like the others: stored in NFC, so bounded in NFC (4,096 bytes)."""
     tool = "engram_memory_capture"
-    typed = check(tool, edited(tool, {"/evidence/attestation": "e\u0301"}), None)
-    assert typed.evidence.attestation == "e\u0301"
-    check(tool, edited(tool, {"/evidence/attestation": "e\u0301" * 1366}), (SCHEMA, "/evidence/attestation"))
+    typed = check(tool, edited(tool, {"/evidence/attestation": attestation}), expected)
+    if expected is None:
+        assert isinstance(typed, CaptureArgs)
+        assert typed.evidence.attestation == unicodedata.normalize("NFC", attestation)
 
 
 def test_query_is_normalised_to_nfc() -> None:

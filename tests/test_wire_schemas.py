@@ -218,8 +218,8 @@ def test_every_input_string_is_bounded(tool: str) -> None:
 
 @pytest.mark.parametrize("tool", TOOLS)
 def test_byte_bounded_strings_declare_their_nfc_handling(tool: str) -> None:
-    normalised = {"query", "text"}
-    verbatim = {"candidate_id", "page_cursor", "attestation", "record_id"}
+    normalised = {"query", "text", "attestation"}
+    verbatim = {"candidate_id", "page_cursor", "record_id"}
     for pointer, node in _string_nodes(tool):
         if s.X_UTF8_BYTES not in node:
             continue
@@ -623,9 +623,10 @@ def test_an_outcome_without_a_record_has_no_record_id(status: str) -> None:
 
 @pytest.mark.parametrize(("size", "valid"), [(0, True), (4096, True), (4097, False)])
 def test_the_attestation_schema_bounds_4096_bytes(size: int, valid: bool) -> None:
+    """Free text: the plain schema's maxLength is only necessary (6,144); the byte bound is exact."""
     arguments = valid_capture_arguments()
     arguments["evidence"]["attestation"] = "a" * size
-    assert jsonschema.Draft202012Validator(s.input_schema("engram_memory_capture")).is_valid(arguments) is valid
+    assert jsonschema.Draft202012Validator(s.input_schema("engram_memory_capture")).is_valid(arguments)
     assert _STRICT["engram_memory_capture"].is_valid(arguments) is valid
     assert _parser_accepts("engram_memory_capture", arguments) is valid
 

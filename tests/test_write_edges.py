@@ -309,3 +309,26 @@ def test_a_tool_name_that_is_not_a_string_is_an_unknown_tool(
         with pytest.raises(ProtocolError) as raised:
             call(name, {"query": "x", "purpose_ref": A.purpose_ref}, A)
         assert int(raised.value.code) == -32602
+
+
+def test_an_attestation_that_grows_past_its_bound_in_nfc_is_refused_and_writes_nothing(
+    store: InMemoryStore, clock: ManualClock
+) -> None:
+    """U+1D160 is 4 bytes and its NFC three 4-byte characters: 4,096 bytes as sent, 12,288 stored."""
+    harness = _harness(store, InMemoryKeyVault(), clock)
+    before = inmemory_scope_contents(store, A.scope)
+    args = capture_args(make_key("attestation-grows"), attestation="\U0001d160" * 1024)
+    fail(harness.call(CAPTURE, args, A), ErrorCode.INVALID_SCHEMA)
+    assert inmemory_scope_contents(store, A.scope) == before
+
+
+def test_a_retry_whose_attestation_differs_only_by_normalisation_replays(
+    store: InMemoryStore, clock: ManualClock
+) -> None:
+    harness = _harness(store, InMemoryKeyVault(), clock)
+    key = make_key("attestation-nfc")
+    first = ok(harness.call(CAPTURE, capture_args(key, attestation="signed by cafe\u0301 " * 200), A))
+    retry = ok(harness.call(CAPTURE, capture_args(key, attestation="signed by caf\u00e9 " * 200), A))
+    assert first["status"] == "committed_pending"
+    assert retry["status"] == "duplicate_exact"
+    assert retry["candidate_id"] == first["candidate_id"]

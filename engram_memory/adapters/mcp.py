@@ -12,11 +12,13 @@ It uses the SDK's low-level :class:`mcp.server.lowlevel.Server`, never the decor
 ``10`` and silently drops unknown keys, where the contract wants closed schemas, no coercion and
 ``INVALID_SCHEMA`` for an extra key. The low-level server advertises our ``inputSchema``
 without ever applying it, so the arguments reach :meth:`MemoryService.call_tool` as the SDK
-parsed them: no defaults, no coercion. One thing would be lost before this module sees a
-message: the SDK's JSON parser keeps the last of duplicate keys, so a duplicated argument would
-not be refused (the core refuses it where it parses JSON itself, ``parse_json``).
+parsed them: no defaults, no coercion. Two things are lost before this module sees a message.
+The SDK's JSON parser keeps the last of duplicate keys, so a duplicated argument would not be
+refused (the core refuses it where it parses JSON itself, ``parse_json``):
 :func:`serve_stdio` reads its input itself and refuses such a message; over HTTP, wrap the SDK's
-app in :func:`screen_json_bodies`, which refuses it in each POSTed body.
+app in :func:`screen_json_bodies`, which refuses it in each POSTed body. And the integer literal
+``-0``, which ``parse_json`` refuses, reaches the core as ``0`` (the same number; ``-0.0`` stays a
+float and is refused).
 
 What crosses the wire:
 

@@ -227,12 +227,9 @@ class Evidence:
     evidence_ref: str = _ref()
     evidence_digest: str = attrs.field(validator=lim.digest_field)
     citation_ids: tuple[str, ...] = _refs(1, lim.LIST_MAX)
-    attestation: str | None = attrs.field(default=None)
-
-    @attestation.validator
-    def _check_attestation(self, attribute: attrs.Attribute[Any], value: str | None) -> None:
-        if value is not None and len(lim.text_bytes(attribute, value)) > lim.ATTESTATION_MAX_BYTES:
-            raise _bad("/" + attribute.name, "attestation over 4,096 bytes")
+    attestation: str | None = attrs.field(
+        default=None, converter=lim.nfc_text, validator=lim.free_text(0, lim.ATTESTATION_MAX_BYTES)
+    )
 
 
 @attrs.frozen(kw_only=True)

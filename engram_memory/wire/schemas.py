@@ -14,10 +14,8 @@ byte-bounded string carries:
 * the vendor annotation ``"x-utf8-bytes": {"min": L, "max": H}``, the exact byte bound;
 * the vendor annotation ``"x-nfc"``: ``"required"`` (opaque refs and idempotency keys must already
   be NFC) or ``"normalise"`` (free text is NFC-normalised and the byte bound applies to the
-  normalised text). Values copied verbatim (``candidate_id``, ``page_cursor``) and the attestation
-  carry no ``x-nfc``: their byte bound is measured as sent. The ids are used as sent; the
-  attestation, stored and digested like every other string of a record, is kept in NFC (a replay
-  whose attestation differs only by normalisation is the same content).
+  normalised text; the attestation is free text). Values copied verbatim (``candidate_id``,
+  ``page_cursor``) carry no ``x-nfc``: they are used, and their byte bound measured, as sent.
 
 Rules JSON Schema cannot express (cross-references of a capture, the strict order of
 ``family_refs``, ``t_end >= t``, the 1,048,576-byte cap on the serialised arguments, real calendar
@@ -472,13 +470,8 @@ def _evidence() -> Schema:
                 unique=True,
                 rules=["Every item resolves to a payload.citations[*].citation_id."],
             ),
-            "attestation": _utf8_string(
-                0,
-                lim.ATTESTATION_MAX_BYTES,
-                description=(
-                    "Optional attestation text, at most 4,096 UTF-8 bytes as sent; it is a claim, never proof."
-                ),
-                nfc=None,
+            "attestation": _free_text(
+                (0, lim.ATTESTATION_MAX_BYTES), "Optional attestation text; it is a claim, never proof."
             ),
         },
         optional=("attestation",),
