@@ -6,7 +6,7 @@ import stat
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal, NoReturn
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, NoReturn
 
 from engram_memory.clock import SystemClock
 from engram_memory.errors import MissingFileError
@@ -39,6 +39,7 @@ def connect(
     audit_ids: Callable[[], str] | None = None,
     master_key: bytes | None = None,
     synchronous: Literal["FULL", "NORMAL"] = "FULL",
+    busy_timeout_ms: int = 5000,
     page_cursor_lifetime: timedelta | None = None,
 ) -> MemoryService:
     """Open a memory service.
@@ -53,9 +54,12 @@ def connect(
       whose data keys are wrapped under ``master_key`` or, when none is given, under a key file
       ``<path>.key`` created with owner-only permissions. ``synchronous`` is ``"FULL"`` (durable at
       every commit, the default) or ``"NORMAL"`` (faster; the last commits may be lost on power
-      failure, never corrupted). ``sqlite:///:memory:`` is refused: use ``"memory:"``. The path is
-      taken literally: a query string (``?``), a fragment (``#``) or a percent-escape (``%``) is
-      refused, never ignored; options are keyword arguments.
+      failure, never corrupted). ``busy_timeout_ms`` is how long the store, and the vault opened
+      beside it, wait for a lock another connection holds (5 s by default) before a retriable
+      ``STORE_UNAVAILABLE``; both options are ignored with ``"memory:"``. ``sqlite:///:memory:``
+      is refused: use ``"memory:"``. The path is taken literally: a query string (``?``), a
+      fragment (``#``) or a percent-escape (``%``) is refused, never ignored; options are
+      keyword arguments.
 
     The policy defaults to :class:`~engram_memory.DefaultPolicy` (every candidate waits for host
     adjudication), the clock to the system clock. ``page_cursor_lifetime`` is passed to
@@ -64,8 +68,9 @@ def connect(
     Raises:
         TypeError: ``page_cursor_lifetime`` is neither a ``timedelta`` nor ``None``.
         ValueError: an unsupported or malformed URL, ``synchronous`` other than ``"FULL"`` or
-            ``"NORMAL"``, a ``page_cursor_lifetime`` under 1 ms, or ``master_key`` where no SQLite
-            key vault is opened (with ``"memory:"`` or together with ``vault``). Raised, like the
+            ``"NORMAL"``, a ``busy_timeout_ms`` that is not an ``int`` of 0 or more, a
+            ``page_cursor_lifetime`` under 1 ms, or ``master_key`` where no SQLite key vault is
+            opened (with ``"memory:"`` or together with ``vault``). Raised, like the
             ``TypeError``, before any file is created.
 
     Opening a SQLite URL raises what its store or key vault raises (``StoreUnavailableError`` for
@@ -81,6 +86,8 @@ def connect(
     lifetime_ms(page_cursor_lifetime)  # refused before any file is created
     if synchronous not in _SYNCHRONOUS:
         raise ValueError("synchronous must be 'FULL' or 'NORMAL'")
+    if type(busy_timeout_ms) is not int or busy_timeout_ms < 0:
+        raise ValueError("busy_timeout_ms must be an int of 0 or more")
     if master_key is not None and (url == "memory:" or vault is not None):
         raise ValueError("master_key applies only to a sqlite URL without vault=: it opens the SQLite key vault")
     if master_key is not None and (type(master_key) is not bytes or len(master_key) != 32):  # noqa: PLR2004
@@ -92,7 +99,7 @@ def connect(
         store = InMemoryStore()
         vault = vault if vault is not None else InMemoryKeyVault()
     elif url.startswith(_SQLITE):
-        store, vault = _open_sqlite(_sqlite_path(url), synchronous, vault, master_key)
+        store, vault = _open_sqlite(_sqlite_path(url), _Locking(synchronous, busy_timeout_ms), vault, master_key)
     else:
         raise ValueError("unsupported memory URL; use 'memory:' or 'sqlite:///path'")
     extra = {"audit_ids": audit_ids} if audit_ids is not None else {}
@@ -107,8 +114,15 @@ def connect(
     )
 
 
+class _Locking(NamedTuple):
+    """How the SQLite files are opened: the store's durability and both files' lock wait."""
+
+    synchronous: Literal["FULL", "NORMAL"]
+    busy_timeout_ms: int
+
+
 def _open_sqlite(
-    path: str, synchronous: Literal["FULL", "NORMAL"], vault: KeyVault | None, master_key: bytes | None
+    path: str, locking: _Locking, vault: KeyVault | None, master_key: bytes | None
 ) -> tuple[Store, KeyVault]:
     """The SQLite store at ``path`` and, unless ``vault`` is given, the SQLite key vault beside it.
 
@@ -124,7 +138,7 @@ def _open_sqlite(
             store file beside a vault that exists (without ``vault``); nothing is created.
     """
     if vault is not None:
-        return _open_store(path, synchronous), vault
+        return _open_store(path, locking), vault
     from engram_memory.stores.sqlite._files import holds_scopes  # noqa: PLC0415 - the core never imports sqlite3
 
     vault_path = path + ".vault"
@@ -134,44 +148,44 @@ def _open_sqlite(
                 f"the store {path!r} of the existing key vault {vault_path!r} is missing: restore it beside "
                 "the vault, or move the vault and its key file away to start a new memory"
             )
-        own_vault = _open_vault(path, master_key)
+        own_vault = _open_vault(path, master_key, locking)
         try:
-            return _open_store(path, synchronous), own_vault
+            return _open_store(path, locking), own_vault
         except BaseException:
             own_vault.close()
             raise
     if _holds_bytes(path) and holds_scopes(path):
         _missing_vault(path, vault_path)
-    store = _open_store(path, synchronous)
+    store = _open_store(path, locking)
     try:
         if store.scopes():  # a file the read-only look could not tell about
             _missing_vault(path, vault_path)
-        return store, _open_vault(path, master_key)
+        return store, _open_vault(path, master_key, locking)
     except BaseException:
         store.close()
         raise
 
 
-def _open_store(path: str, synchronous: Literal["FULL", "NORMAL"]) -> Store:
+def _open_store(path: str, locking: _Locking) -> Store:
     """The SQLite store at ``path`` (created or upgraded), with a note naming it on failure."""
     from engram_memory.stores.sqlite import SQLiteStore  # noqa: PLC0415 - the core never imports sqlite3
 
     try:
-        return SQLiteStore(path, synchronous=synchronous)
+        return SQLiteStore(path, synchronous=locking.synchronous, busy_timeout_ms=locking.busy_timeout_ms)
     except Exception as exc:
         exc.add_note(f"{OPENING_STORE_NOTE}{path!r}")
         raise
 
 
-def _open_vault(path: str, master_key: bytes | None) -> SQLiteKeyVault:
+def _open_vault(path: str, master_key: bytes | None, locking: _Locking) -> SQLiteKeyVault:
     """The SQLite key vault beside ``path`` (created if missing), with a note naming it on failure."""
     from engram_memory.keyvaults.sqlite import SQLiteKeyVault  # noqa: PLC0415 - the core never imports sqlite3
 
     vault_path = path + ".vault"
     try:
         if master_key is not None:
-            return SQLiteKeyVault(vault_path, master_key)
-        return SQLiteKeyVault(vault_path, master_key_file=path + ".key")
+            return SQLiteKeyVault(vault_path, master_key, busy_timeout_ms=locking.busy_timeout_ms)
+        return SQLiteKeyVault(vault_path, master_key_file=path + ".key", busy_timeout_ms=locking.busy_timeout_ms)
     except Exception as exc:
         key_file = "" if master_key is not None else f" with the key file {path + '.key'!r}"
         exc.add_note(f"opening the SQLite key vault {vault_path!r}{key_file}")

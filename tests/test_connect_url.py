@@ -117,3 +117,25 @@ def test_an_absolute_path_opens_with_a_master_key(folder: Path) -> None:
 def test_a_given_vault_replaces_the_sqlite_vault(folder: Path) -> None:
     connect("sqlite:///memory.db", vault=InMemoryKeyVault()).close()
     assert sorted(path.name for path in folder.iterdir()) == ["memory.db"]
+
+
+@pytest.mark.parametrize("url", ["memory:", "sqlite:///t.db"])
+@pytest.mark.parametrize("value", [-1, True, 1.5, "10000", None])
+def test_a_busy_timeout_that_is_not_a_non_negative_int_is_refused(url: str, value: object, folder: Path) -> None:
+    _refused("busy_timeout_ms must be an int of 0 or more", url, busy_timeout_ms=value)
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("master_key", [None, KEY], ids=["key-file", "master-key"])
+def test_the_busy_timeout_reaches_the_store_and_the_vault(master_key: bytes | None, folder: Path) -> None:
+    service = connect("sqlite:///memory.db", busy_timeout_ms=12_345, master_key=master_key)
+    try:
+        assert service.store._busy_timeout_ms == 12_345  # type: ignore[attr-defined]
+        assert service.vault._busy_timeout_ms == 12_345  # type: ignore[attr-defined]
+        connection = service.store._acquire()  # type: ignore[attr-defined]
+        try:
+            assert connection.execute("PRAGMA busy_timeout").fetchone() == (12_345,)
+        finally:
+            service.store._release(connection, True)  # type: ignore[attr-defined]  # noqa: FBT003
+    finally:
+        service.close()
