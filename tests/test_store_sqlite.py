@@ -66,6 +66,7 @@ from engram_memory.stores.sqlite import (
 )
 from engram_memory.testing import (
     Harness,
+    PersistedBytes,
     ServiceConformance,
     ServiceFactory,
     StoreConformance,
@@ -1433,6 +1434,17 @@ class TestSQLiteStore(StoreConformance):
     @pytest.fixture
     def term_traces(self) -> TermTraces | None:
         return _term_traces
+
+    @pytest.fixture
+    def persisted_bytes(self) -> PersistedBytes | None:
+        return _persisted_bytes
+
+
+def _persisted_bytes(store: Store) -> bytes:
+    """The store file and its -wal and -shm files, as they lie on disk."""
+    assert isinstance(store, SQLiteStore)
+    files = [Path(store.path + suffix) for suffix in ("", "-wal", "-shm")]
+    return b"".join(path.read_bytes() for path in files if path.exists())
 
 
 def _term_traces(store: Store, scope: str, term: str) -> bool:

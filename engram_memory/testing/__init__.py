@@ -52,7 +52,7 @@ from engram_memory.testing.keyvault import CompleteDestruction, KeyMaterial, Key
 from engram_memory.testing.ranker import RankerConformance  # noqa: E402
 from engram_memory.testing.service import ReplaceEventBody, ScopeContents, ServiceConformance  # noqa: E402
 from engram_memory.testing.stateful import service_machine  # noqa: E402
-from engram_memory.testing.store import StoreConformance, TermTraces  # noqa: E402
+from engram_memory.testing.store import PersistedBytes, StoreConformance, TermTraces  # noqa: E402
 
 __all__ = [
     "PURPOSE",
@@ -60,6 +60,7 @@ __all__ = [
     "Harness",
     "KeyMaterial",
     "KeyVaultConformance",
+    "PersistedBytes",
     "PolicyOverride",
     "RankerConformance",
     "Reopen",

@@ -11,7 +11,9 @@ Bind it with one fixture::
 
 Optional behaviours are capability fixtures: override ``persists_across_reopen`` to return
 ``True`` and ``reopen`` to return a callable that opens a second store over the same data, and
-``term_traces`` (:data:`TermTraces`) to let the kit check that nothing of an unindexed term stays.
+``term_traces`` (:data:`TermTraces`) to let the kit check that nothing of an unindexed term stays,
+and ``persisted_bytes`` (:data:`PersistedBytes`) to let it check that a store writing outside
+process memory never writes an index term in clear.
 Only port-level behaviour and port exceptions are asserted. Some tests run several threads on
 one store; none asserts how long anything takes (one waits up to ``_CLOSE_WAIT`` for a ``close``
 that waits for open views).
@@ -53,13 +55,20 @@ from engram_memory.ports import (
 from engram_memory.ranking.eligibility import eligible_entries
 from engram_memory.ranking.tokenizer import tokenize
 
-__all__ = ["StoreConformance", "TermTraces"]
+__all__ = ["PersistedBytes", "StoreConformance", "TermTraces"]
 
 TermTraces = Callable[[Store, str, str], bool]
 """``(store, scope, term) -> bool``: whether the store still holds anything of ``term`` for ``scope``.
 
 Anything at all: the term, a digest of it (keyed or not), an empty posting list left under it.
 Read from the store's raw data, not through the port, and only once no unit is open.
+"""
+
+PersistedBytes = Callable[[Store], bytes]
+"""``(store) -> bytes``: every byte the store has written outside process memory, as it lies there.
+
+For a file-backed store: the content of each of its files (a write-ahead log included), joined;
+for a database server, a dump of its tables. Read only once no unit is open.
 """
 
 SCOPE_A = scope_key("tenant-a", "workspace-1")
@@ -607,6 +616,42 @@ class StoreConformance:
         covered by the postings checks; one keeping digests or empty lists under a term should bind it.
         """
         return None
+
+    @pytest.fixture
+    def persisted_bytes(self) -> PersistedBytes | None:
+        """Capability (:data:`PersistedBytes`): enables the check that no index term is written in clear.
+
+        ``None`` (the default) skips it; bind it for any store that writes its index outside
+        process memory (a file, a database server).
+        """
+        return None
+
+    def test_no_index_term_is_written_in_clear(self, store: Store, persisted_bytes: PersistedBytes | None) -> None:
+        """A store that writes its index outside process memory keys it by a keyed digest of each term.
+
+        The words of admitted records reach the store in clear only as index terms; written as
+        they are, they would sit on disk (or on a server) for anyone who can read the files.
+        Skipped when the binding gives no ``persisted_bytes`` (a store that keeps its index in
+        process memory may key it by the terms themselves).
+        """
+        if persisted_bytes is None:
+            pytest.skip("no persisted_bytes: nothing checks that the index terms are not written in clear")
+        terms = {
+            "zqcleartermprimary": _freq(primary=1),
+            "zqcleartermcitation": _freq(citations=2),
+            "zqclear\u00e9accented": _freq(decision=1),
+            "zq\u043a\u043b\u0438\u0440": _freq(context=1),
+        }
+        with store.write(SCOPE_A) as unit:
+            unit.index_document(_document("mem_persistedcontrol", terms))
+        with store.write(SCOPE_A) as unit:
+            unit.index_document(_document("mem_persistedcontrol", {**terms, "zqclearreindexed": _freq(evidence=1)}))
+        written = persisted_bytes(store)
+        assert b"mem_persistedcontrol" in written, (
+            "persisted_bytes does not see the index: the document key, which stores hold in clear, is not in it"
+        )
+        in_clear = sorted(term for term in [*terms, "zqclearreindexed"] if term.encode("utf-8") in written)
+        assert not in_clear, f"index terms written in clear: {in_clear}"
 
     def test_an_unindexed_term_leaves_no_trace_in_the_store(self, store: Store, term_traces: TermTraces | None) -> None:
         """``term_traces`` finds an indexed term, and nothing of it once its only document is unindexed.
