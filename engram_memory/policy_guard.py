@@ -40,65 +40,74 @@ def _guarded(call: Callable[[], _T]) -> _T:
         raise EngramError(ErrorCode.POLICY_UNAVAILABLE, detail=type(exc).__name__) from exc
 
 
-def _shaped(value: _T, *, well_formed: bool) -> _T:
-    if not well_formed:
-        raise EngramError(ErrorCode.POLICY_UNAVAILABLE, detail="policy answered a malformed value")
+Fault = str | None
+"""What is wrong with a policy's answer, in a few words for the logs; ``None``: nothing."""
+
+
+def _shaped(value: _T, method: str, fault: Fault) -> _T:
+    if fault is not None:
+        raise EngramError(ErrorCode.POLICY_UNAVAILABLE, detail=f"policy.{method} answered a malformed value: {fault}")
     return value
 
 
-def _is_str(value: object) -> bool:
-    return isinstance(value, str) and value != ""
+def _str_fault(value: object, name: str = "the answer") -> Fault:
+    return None if isinstance(value, str) and value != "" else f"{name} is not a non-empty str"
 
 
-def _is_one_of(value: object, allowed: frozenset[str]) -> bool:
-    return isinstance(value, str) and value in allowed
+def _one_of_fault(value: object, allowed: frozenset[str], name: str = "the answer") -> Fault:
+    if isinstance(value, str) and value in allowed:
+        return None
+    return f"{name} is not one of {', '.join(sorted(allowed))}"
 
 
-def _is_bool(value: object) -> bool:
-    return isinstance(value, bool)
+def _bool_fault(value: object) -> Fault:
+    return None if isinstance(value, bool) else "the answer is not a bool"
 
 
-def _is_aware(value: object) -> bool:
-    return isinstance(value, datetime) and value.utcoffset() is not None
-
-
-def _is_constraints(value: object) -> bool:
+def _constraints_fault(value: object) -> Fault:
     if not isinstance(value, CaptureConstraints):
-        return False
+        return "the answer is not a CaptureConstraints"
     allow: object = value.allow_retain  # typed, but built by host code
     cap: object = value.max_retention
     families: object = value.family_refs
+    if not isinstance(allow, bool):
+        return "allow_retain is not a bool"
+    if cap is not None and not isinstance(cap, timedelta):
+        return "max_retention is neither a timedelta nor None"
+    if not isinstance(families, AbstractSet) or not all(isinstance(ref, str) for ref in families):
+        return "family_refs is not a set of str"
+    return None
+
+
+def _decision_fault(value: object) -> Fault:
+    if not isinstance(value, AdmissionDecision):
+        return "the answer is not an AdmissionDecision"
+    issued_at: object = value.issued_at
+    if not isinstance(issued_at, datetime) or issued_at.utcoffset() is None:
+        return "issued_at is not a datetime with a time zone"
     return (
-        isinstance(allow, bool)
-        and (cap is None or isinstance(cap, timedelta))
-        and isinstance(families, AbstractSet)
-        and all(isinstance(ref, str) for ref in families)
+        _one_of_fault(value.decision, DECISIONS, "decision")
+        or _str_fault(value.record_digest, "record_digest")
+        or _str_fault(value.policy_id, "policy_id")
+        or _str_fault(value.policy_version, "policy_version")
     )
 
 
-def _is_decision(value: object) -> bool:
-    return (
-        isinstance(value, AdmissionDecision)
-        and _is_one_of(value.decision, DECISIONS)
-        and all(_is_str(text) for text in (value.record_digest, value.policy_id, value.policy_version))
-        and _is_aware(value.issued_at)
-    )
-
-
-def _strings(value: object) -> tuple[str, ...]:
+def _strings(value: object, method: str) -> tuple[str, ...]:
     """``value`` as a tuple of strings, if it is an iterable of them (a lone string is not)."""
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        return _shaped((), well_formed=False)
+        return _shaped((), method, "the answer is not an iterable of str")
     items: tuple[object, ...] = tuple(value)
-    return cast("tuple[str, ...]", _shaped(items, well_formed=all(isinstance(item, str) for item in items)))
+    fault = None if all(isinstance(item, str) for item in items) else "an item is not a str"
+    return cast("tuple[str, ...]", _shaped(items, method, fault))
 
 
-def _checked(answer: Callable[[], _T], well_formed: Callable[[_T], bool]) -> _T:
+def _checked(method: str, answer: Callable[[], _T], fault_of: Callable[[_T], Fault]) -> _T:
     """The policy's answer if it is well formed; every failure, the check's too, is ``POLICY_UNAVAILABLE``."""
 
     def checked() -> _T:
         value = answer()
-        return _shaped(value, well_formed=well_formed(value))
+        return _shaped(value, method, fault_of(value))
 
     return _guarded(checked)
 
@@ -112,42 +121,44 @@ class GuardedPolicy:
     @property
     def policy_id(self) -> str:
         """The wrapped policy's id."""
-        return _checked(lambda: self.inner.policy_id, _is_str)
+        return _checked("policy_id", lambda: self.inner.policy_id, _str_fault)
 
     @property
     def policy_version(self) -> str:
         """The wrapped policy's version."""
-        return _checked(lambda: self.inner.policy_version, _is_str)
+        return _checked("policy_version", lambda: self.inner.policy_version, _str_fault)
 
     def granted_tools(self, binding: HostBinding) -> frozenset[str]:
         """See :meth:`Policy.granted_tools`."""
-        return frozenset(_guarded(lambda: _strings(self.inner.granted_tools(binding))))
+        return frozenset(_guarded(lambda: _strings(self.inner.granted_tools(binding), "granted_tools")))
 
     def capture_constraints(self, binding: HostBinding) -> CaptureConstraints:
         """See :meth:`Policy.capture_constraints`."""
-        return _checked(lambda: self.inner.capture_constraints(binding), _is_constraints)
+        return _checked("capture_constraints", lambda: self.inner.capture_constraints(binding), _constraints_fault)
 
     def requires_confirmation(self, tool: str, binding: HostBinding) -> bool:
         """See :meth:`Policy.requires_confirmation`."""
-        return _checked(lambda: self.inner.requires_confirmation(tool, binding), _is_bool)
+        return _checked("requires_confirmation", lambda: self.inner.requires_confirmation(tool, binding), _bool_fault)
 
     def redaction_allowlist(self, binding: HostBinding) -> tuple[str, ...] | None:
         """See :meth:`Policy.redaction_allowlist`."""
 
         def allowlist() -> tuple[str, ...] | None:
             answer = self.inner.redaction_allowlist(binding)
-            return None if answer is None else _strings(answer)
+            return None if answer is None else _strings(answer, "redaction_allowlist")
 
         return _guarded(allowlist)
 
     def trust_class(self, binding: HostBinding) -> Literal["asserted", "earned", "signed"]:
         """See :meth:`Policy.trust_class`."""
-        return _checked(lambda: self.inner.trust_class(binding), lambda trust: _is_one_of(trust, TRUST_CLASSES))
+        return _checked(
+            "trust_class", lambda: self.inner.trust_class(binding), lambda trust: _one_of_fault(trust, TRUST_CLASSES)
+        )
 
     def allows_network(self, binding: HostBinding) -> bool:
         """See :meth:`Policy.allows_network`."""
-        return _checked(lambda: self.inner.allows_network(binding), _is_bool)
+        return _checked("allows_network", lambda: self.inner.allows_network(binding), _bool_fault)
 
     def decide(self, request: AdmissionRequest, now: datetime) -> AdmissionDecision:
         """See :meth:`Policy.decide`."""
-        return _checked(lambda: self.inner.decide(request, now), _is_decision)
+        return _checked("decide", lambda: self.inner.decide(request, now), _decision_fault)

@@ -365,7 +365,8 @@ class StoreReader(Protocol):
 
         Exactly the documents that :func:`~engram_memory.ranking.eligibility.eligible_entries`
         keeps of :meth:`index_entries` of the same keys (the row is ``accepted_current``, its trust
-        is valid, it is valid at ``valid_as_of`` and its retention has not expired at ``now_ms``),
+        is valid, ``valid_from <= valid_as_of``, ``valid_to`` is ``None`` or
+        ``valid_as_of <= valid_to``, and ``expires_at_ms`` is ``None`` or ``now_ms < expires_at_ms``),
         each once, in no specified order; unknown keys are absent as there. The ranker calls this
         once per batch of hits, so a store may judge the rule where the rows are, in the same
         lookup (the SQLite store does), instead of returning every entry for the caller to judge.
@@ -597,7 +598,15 @@ class KeyVault(Protocol):
 
 @attrs.frozen(kw_only=True)
 class CaptureConstraints:
-    """What the host allows in a capture's retention and reconciliation."""
+    """What the host allows in a capture's retention and reconciliation.
+
+    ``allow_retain``: ``retention.derivative_rule: "retain"`` is allowed (else ``UNAUTHORIZED``).
+    ``max_retention``: the longest ``retention.expires_at`` after the capture's time (a later one
+    is ``UNAUTHORIZED``; ``None``: no cap). It caps only an expiry the capture gives: a capture
+    without ``expires_at`` is kept until withdrawn or forgotten, and the port cannot require
+    one (the contract tells agents to omit retention unless told otherwise). ``family_refs``: the
+    reconciliation families the host consents to (any other is ``UNAUTHORIZED``).
+    """
 
     allow_retain: bool = False
     max_retention: timedelta | None = None

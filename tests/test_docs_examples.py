@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from engram_memory.ports import KeyVault
-from engram_memory.testing import KeyVaultConformance, RankerConformance, ServiceConformance, StoreConformance
+from engram_memory.testing import (
+    KeyVaultConformance,
+    PolicyConformance,
+    RankerConformance,
+    ServiceConformance,
+    StoreConformance,
+)
 from engram_memory.testing.keyvault import CompleteDestruction
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +85,7 @@ def test_backends_md_states_each_conformance_kit_s_test_count() -> None:
     """docs/backends.md says how many tests each kit has ("N tests"), and, when some take parameters, how many
     pytest collects ("N tests, M with parameters"); the counts follow the kits."""
     text = (ROOT / "docs" / "backends.md").read_text(encoding="utf-8")
-    for kit in (StoreConformance, KeyVaultConformance, RankerConformance, ServiceConformance):
+    for kit in (StoreConformance, KeyVaultConformance, RankerConformance, ServiceConformance, PolicyConformance):
         stated = re.search(rf"`{kit.__name__}`[^(]*\((\d+) tests(?:, (\d+) with parameters)?[;)]", text)
         assert stated is not None, kit.__name__
         tests = len([name for name in dir(kit) if name.startswith("test_")])

@@ -146,37 +146,86 @@ def _ask(guarded: GuardedPolicy, method: str) -> object:
 
 
 DECIDED: Final = BASE.decide(REQUEST, NOW)
-MALFORMED: Final[dict[str, tuple[str, object]]] = {
-    "empty policy id": ("policy_id", ""),
-    "policy id None": ("policy_id", None),
-    "empty policy version": ("policy_version", ""),
-    "decision without a version": ("decide", attrs.evolve(DECIDED, policy_version="")),
-    "decision with a None version": ("decide", attrs.evolve(DECIDED, policy_version=None)),  # type: ignore[arg-type]
-    "decision without a policy id": ("decide", attrs.evolve(DECIDED, policy_id="")),
-    "decision without a record digest": ("decide", attrs.evolve(DECIDED, record_digest="")),
-    "decision as a dict": ("decide", attrs.asdict(DECIDED)),
-    "decision as a look-alike object": ("decide", SimpleNamespace(**attrs.asdict(DECIDED, recurse=False))),
-    "decision None": ("decide", None),
-    "families of ints": ("capture_constraints", CaptureConstraints(family_refs=frozenset({1}))),  # type: ignore[arg-type]
-    "retention cap in seconds": ("capture_constraints", CaptureConstraints(max_retention=3600)),  # type: ignore[arg-type]
-    "allow_retain 1": ("capture_constraints", CaptureConstraints(allow_retain=1)),  # type: ignore[arg-type]
-    "allow_retain None": ("capture_constraints", CaptureConstraints(allow_retain=None)),  # type: ignore[arg-type]
-    "constraints as a dict": ("capture_constraints", {"allow_retain": False}),
-    "network 1": ("allows_network", 1),
-    "network None": ("allows_network", None),
-    "network 'yes'": ("allows_network", "yes"),
-    "allowlist as a lone string": ("redaction_allowlist", "/record_id"),
-    "allowlist of ints": ("redaction_allowlist", [1]),
-    "trust outside the three": ("trust_class", "root"),
+NOT_STR: Final = "the answer is not a non-empty str"
+MALFORMED: Final[dict[str, tuple[str, object, str]]] = {
+    "empty policy id": ("policy_id", "", NOT_STR),
+    "policy id None": ("policy_id", None, NOT_STR),
+    "empty policy version": ("policy_version", "", NOT_STR),
+    "decision without a version": (
+        "decide",
+        attrs.evolve(DECIDED, policy_version=""),
+        "policy_version is not a non-empty str",
+    ),
+    "decision with a None version": (
+        "decide",
+        attrs.evolve(DECIDED, policy_version=None),  # type: ignore[arg-type]
+        "policy_version is not a non-empty str",
+    ),
+    "decision without a policy id": ("decide", attrs.evolve(DECIDED, policy_id=""), "policy_id is not a non-empty str"),
+    "decision without a record digest": (
+        "decide",
+        attrs.evolve(DECIDED, record_digest=""),
+        "record_digest is not a non-empty str",
+    ),
+    "decision outside the three": (
+        "decide",
+        attrs.evolve(DECIDED, decision="maybe"),  # type: ignore[arg-type]
+        "decision is not one of accept, adjudication_required, reject",
+    ),
+    "decision issued at a naive time": (
+        "decide",
+        attrs.evolve(DECIDED, issued_at=NOW.replace(tzinfo=None)),
+        "issued_at is not a datetime with a time zone",
+    ),
+    "decision as a dict": ("decide", attrs.asdict(DECIDED), "the answer is not an AdmissionDecision"),
+    "decision as a look-alike object": (
+        "decide",
+        SimpleNamespace(**attrs.asdict(DECIDED, recurse=False)),
+        "the answer is not an AdmissionDecision",
+    ),
+    "decision None": ("decide", None, "the answer is not an AdmissionDecision"),
+    "families of ints": (
+        "capture_constraints",
+        CaptureConstraints(family_refs=frozenset({1})),  # type: ignore[arg-type]
+        "family_refs is not a set of str",
+    ),
+    "retention cap in seconds": (
+        "capture_constraints",
+        CaptureConstraints(max_retention=3600),  # type: ignore[arg-type]
+        "max_retention is neither a timedelta nor None",
+    ),
+    "allow_retain 1": (
+        "capture_constraints",
+        CaptureConstraints(allow_retain=1),  # type: ignore[arg-type]
+        "allow_retain is not a bool",
+    ),
+    "allow_retain None": (
+        "capture_constraints",
+        CaptureConstraints(allow_retain=None),  # type: ignore[arg-type]
+        "allow_retain is not a bool",
+    ),
+    "constraints as a dict": (
+        "capture_constraints",
+        {"allow_retain": False},
+        "the answer is not a CaptureConstraints",
+    ),
+    "network 1": ("allows_network", 1, "the answer is not a bool"),
+    "network None": ("allows_network", None, "the answer is not a bool"),
+    "network 'yes'": ("allows_network", "yes", "the answer is not a bool"),
+    "allowlist as a lone string": ("redaction_allowlist", "/record_id", "the answer is not an iterable of str"),
+    "allowlist of ints": ("redaction_allowlist", [1], "an item is not a str"),
+    "trust outside the three": ("trust_class", "root", "the answer is not one of asserted, earned, signed"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_every_malformed_answer_is_policy_unavailable(case: str) -> None:
-    method, answer = MALFORMED[case]
+    """... and its note names the method and what is wrong, for the host's logs (never the envelope)."""
+    method, answer, fault = MALFORMED[case]
     with pytest.raises(EngramError) as info:
         _ask(_guarded(**{method: answer}), method)
     assert (info.value.code, info.value.retriable) == (ErrorCode.POLICY_UNAVAILABLE, True)
+    assert info.value.__notes__ == [f"policy.{method} answered a malformed value: {fault}"]
 
 
 @pytest.mark.parametrize(

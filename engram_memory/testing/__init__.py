@@ -10,6 +10,10 @@ A backend "is conformant" when its bindings pass these suites::
         @pytest.fixture
         def vault(self) -> MyVault: ...
 
+    class TestMyPolicy(PolicyConformance):
+        @pytest.fixture
+        def policy(self) -> MyPolicy: ...
+
     class TestMyService(ServiceConformance):
         @pytest.fixture
         def service_factory(self) -> ServiceFactory: ...
@@ -49,6 +53,7 @@ from engram_memory.testing.fakes import (  # noqa: E402 - after the registration
     with_policy,
 )
 from engram_memory.testing.keyvault import CompleteDestruction, KeyMaterial, KeyVaultConformance, Reopen  # noqa: E402
+from engram_memory.testing.policy import PolicyConformance  # noqa: E402
 from engram_memory.testing.ranker import RankerConformance  # noqa: E402
 from engram_memory.testing.service import ReplaceEventBody, ScopeContents, ServiceConformance  # noqa: E402
 from engram_memory.testing.stateful import service_machine  # noqa: E402
@@ -61,6 +66,7 @@ __all__ = [
     "KeyMaterial",
     "KeyVaultConformance",
     "PersistedBytes",
+    "PolicyConformance",
     "PolicyOverride",
     "RankerConformance",
     "Reopen",

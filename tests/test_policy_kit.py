@@ -1,0 +1,141 @@
+"""``PolicyConformance``: the reference policy passes it, and the mistakes a host policy makes fail it.
+
+Each wrong policy is run as an integrator would run the kit (``pytester``), and its failure must
+name what is wrong, so that a host learns it before its users meet ``POLICY_UNAVAILABLE``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from engram_memory import DefaultPolicy
+from engram_memory.ports import Policy
+from engram_memory.testing import PolicyConformance
+
+
+class TestDefaultPolicy(PolicyConformance):
+    @pytest.fixture
+    def policy(self) -> Policy:
+        return DefaultPolicy()
+
+
+class TestAnAcceptingPolicyWithRedaction(PolicyConformance):
+    @pytest.fixture
+    def policy(self) -> Policy:
+        return DefaultPolicy(
+            admission="accept",
+            redaction=("/components", "/valid_time/t", "/trust/class", ""),
+            confirm_capture=True,
+            max_retention=timedelta(days=30),
+            policy_version="7",
+        )
+
+
+_WRONG_POLICIES = """
+from datetime import datetime, timedelta
+
+import attrs
+import pytest
+
+from engram_memory import DefaultPolicy, EngramError, ErrorCode
+from engram_memory.testing import PolicyConformance
+
+BASE = DefaultPolicy(admission="accept")
+
+
+class NaiveClock(DefaultPolicy):
+    def decide(self, request, now):
+        return attrs.evolve(super().decide(request, now), issued_at=datetime.now())
+
+
+class OldVersion(DefaultPolicy):
+    def decide(self, request, now):
+        return attrs.evolve(super().decide(request, now), policy_version="0")
+
+
+class Yesterday(DefaultPolicy):
+    def decide(self, request, now):
+        return attrs.evolve(super().decide(request, now), issued_at=now - timedelta(days=1))
+
+
+class Typo(DefaultPolicy):
+    def redaction_allowlist(self, binding):
+        return ("/components", "/text", "components/0")
+
+
+class Busy(DefaultPolicy):
+    def decide(self, request, now):
+        raise EngramError(ErrorCode.RATE_LIMITED)
+
+
+class Confused(DefaultPolicy):
+    def requires_confirmation(self, tool, binding):
+        return None if tool == "engram_memory_capture" else True
+
+
+class TestNaiveClock(PolicyConformance):
+    @pytest.fixture
+    def policy(self):
+        return NaiveClock(admission="accept")
+
+
+class TestOldVersion(PolicyConformance):
+    @pytest.fixture
+    def policy(self):
+        return OldVersion(admission="accept")
+
+
+class TestYesterday(PolicyConformance):
+    @pytest.fixture
+    def policy(self):
+        return Yesterday(admission="accept")
+
+
+class TestTypo(PolicyConformance):
+    @pytest.fixture
+    def policy(self):
+        return Typo()
+
+
+class TestBusy(PolicyConformance):
+    @pytest.fixture
+    def policy(self):
+        return Busy()
+
+
+class TestConfused(PolicyConformance):
+    @pytest.fixture
+    def policy(self):
+        return Confused()
+
+
+class TestWithoutAPolicy(PolicyConformance):
+    pass
+"""
+
+
+def test_each_wrong_policy_fails_naming_its_mistake(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_policies=_WRONG_POLICIES)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-rfE")
+    output = result.stdout.str()
+    failed = {
+        name: sum(line.startswith(f"FAILED test_policies.py::Test{name}::") for line in output.splitlines())
+        for name in ("NaiveClock", "OldVersion", "Yesterday", "Typo", "Busy", "Confused")
+    }
+    assert failed == {"NaiveClock": 3, "OldVersion": 3, "Yesterday": 3, "Typo": 1, "Busy": 0, "Confused": 1}, output
+    assert result.parseoutcomes().get("errors") == 10, output  # TestWithoutAPolicy: every test needs the fixture
+    result.stdout.fnmatch_lines_random(
+        [
+            (
+                "*Failed: the service would answer POLICY_UNAVAILABLE: policy.decide answered a malformed value: "
+                "issued_at is not a datetime with a time zone"
+            ),
+            "*the decision names policy 'engram-memory:default-policy' version '0', not the policy's own*",
+            "*issued_at * is not between 300 s before the call's now *",
+            "*redaction_allowlist pointer '/text' names no record field*",
+            "*policy.requires_confirmation answered a malformed value: the answer is not a bool",
+            "*NotImplementedError: policy test classes must override the policy fixture",
+        ]
+    )
