@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engram_memory.ports import EligibleDocument, IndexEntry, RecordState
-from engram_memory.testing.store import _differences, _eligibility_mismatch, _same_snapshot, _shown
+from engram_memory.testing.store import _differences, _eligibility_mismatch, _postings_mismatch, _same_snapshot, _shown
 
 
 def test_a_long_value_is_cut_at_the_limit_and_marked() -> None:
@@ -206,3 +206,14 @@ def test_a_binding_runs_on_the_capability_defaults_and_names_a_missing_fixture(p
             "*NotImplementedError: override reopen when persists_across_reopen is True",
         ]
     )
+
+
+def test_the_postings_message_names_the_likeliest_cause() -> None:
+    expected = [("mem_a", (1, 0, 0, 0, 0), (1, 0, 0, 0, 0))]
+    empty = _postings_mismatch("orbit", [], expected)
+    assert "it is empty, though 1 committed documents hold the term" in empty
+    counts = _postings_mismatch("orbit", [("mem_a", (2, 0, 0, 0, 0), (2, 0, 0, 0, 0))], expected)
+    assert "the right documents, but other frequencies or lengths" in counts
+    mixed = _postings_mismatch("orbit", [("mem_b", (1, 0, 0, 0, 0), (1, 0, 0, 0, 0))], expected)
+    assert "mixes distinct terms" in mixed
+    assert mixed.endswith(f"found {[('mem_b', (1, 0, 0, 0, 0), (1, 0, 0, 0, 0))]!r}, expected {expected!r}")

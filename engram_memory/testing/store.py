@@ -346,6 +346,26 @@ def _term_documents() -> list[IndexedDocument]:
     return [*single, _document("mem_terms", together)]
 
 
+def _postings_mismatch(term: str, found: list[Any], expected: list[Any]) -> str:
+    """Why ``postings(term)`` differs, with the likeliest cause for the way it differs."""
+    if not found:
+        cause = (
+            f"it is empty, though {len(expected)} committed documents hold the term"
+            " (were the indexed documents committed, and are they read back from where they were written?)"
+        )
+    elif [posting[0] for posting in found] == [posting[0] for posting in expected]:
+        cause = "the right documents, but other frequencies or lengths"
+    else:
+        cause = (
+            "other documents (a store that keys terms by a prefix, a case or compatibility form, or an"
+            " encoding that drops characters mixes distinct terms)"
+        )
+    return (
+        f"postings({term!r}) are not those of the documents holding {term!r}, with their frequencies: {cause};"
+        f" found {_shown(found, 600)}, expected {_shown(expected, 600)}"
+    )
+
+
 def _check_index(reader: StoreReader, documents: Iterable[IndexedDocument], terms: Iterable[str]) -> None:
     """``postings`` and ``term_postings`` (resolved by ``index_entries``) of each term are those of ``documents``.
 
@@ -357,11 +377,8 @@ def _check_index(reader: StoreReader, documents: Iterable[IndexedDocument], term
     for term in terms:
         holding = sorted((d for d in documents if term in d.terms), key=lambda d: d.record_id)
         postings = [(p.record_id, p.frequencies, p.lengths) for p in reader.postings(term)]
-        assert postings == [(d.record_id, d.terms[term], d.lengths) for d in holding], (
-            f"postings({term!r}) are not those of the documents holding {term!r}, with their frequencies"
-            f" (a store that keys terms by a prefix, a case or compatibility form, or an encoding that drops"
-            f" characters mixes distinct terms): found {_shown(postings, 600)}"
-        )
+        expected = [(d.record_id, d.terms[term], d.lengths) for d in holding]
+        assert postings == expected, _postings_mismatch(term, postings, expected)
         resolved = [(record_id, occurrence) for record_id, occurrence, _ in _resolved(reader, term)]
         assert resolved == [(d.record_id, occurrence_key(d.terms[term], d.lengths)) for d in holding], (
             f"term_postings({term!r}), resolved by index_entries, is not the documents holding {term!r}:"
