@@ -24,6 +24,8 @@ __all__ = ["connect"]
 
 _SQLITE: Final = "sqlite:///"
 _SYNCHRONOUS: Final = frozenset({"FULL", "NORMAL"})
+_MAX_BUSY_TIMEOUT_MS: Final = 2**31 - 1
+"""As `engram_memory.stores.sqlite._files.MAX_BUSY_TIMEOUT_MS` (checked here before any file is created)."""
 OPENING_STORE_NOTE: Final = "opening the SQLite store "
 """How the note naming the store file that failed to open begins (the CLI, which names the file
 itself, leaves it out)."""
@@ -68,7 +70,7 @@ def connect(
     Raises:
         TypeError: ``page_cursor_lifetime`` is neither a ``timedelta`` nor ``None``.
         ValueError: an unsupported or malformed URL, ``synchronous`` other than ``"FULL"`` or
-            ``"NORMAL"``, a ``busy_timeout_ms`` that is not an ``int`` of 0 or more, a
+            ``"NORMAL"``, a ``busy_timeout_ms`` that is not an ``int`` from 0 to 2**31 - 1, a
             ``page_cursor_lifetime`` under 1 ms, or ``master_key`` where no SQLite key vault is
             opened (with ``"memory:"`` or together with ``vault``). Raised, like the
             ``TypeError``, before any file is created.
@@ -86,8 +88,8 @@ def connect(
     lifetime_ms(page_cursor_lifetime)  # refused before any file is created
     if synchronous not in _SYNCHRONOUS:
         raise ValueError("synchronous must be 'FULL' or 'NORMAL'")
-    if type(busy_timeout_ms) is not int or busy_timeout_ms < 0:
-        raise ValueError("busy_timeout_ms must be an int of 0 or more")
+    if type(busy_timeout_ms) is not int or not 0 <= busy_timeout_ms <= _MAX_BUSY_TIMEOUT_MS:
+        raise ValueError(f"busy_timeout_ms must be an int from 0 to {_MAX_BUSY_TIMEOUT_MS}")
     if master_key is not None and (url == "memory:" or vault is not None):
         raise ValueError("master_key applies only to a sqlite URL without vault=: it opens the SQLite key vault")
     if master_key is not None and (type(master_key) is not bytes or len(master_key) != 32):  # noqa: PLR2004

@@ -617,8 +617,10 @@ class CaptureConstraints:
 class Capturer:
     """Who captured a candidate: the principal, agent id and session of the capturing binding.
 
-    The service seals it inside the candidate's envelope (never in the store's clear columns), so
-    it is destroyed with the envelope's key when the candidate leaves ``pending``.
+    The service seals it inside the candidate's envelope, destroyed with the envelope's key when
+    the candidate leaves ``pending``; no column of the store names the capturer. (The principal
+    is stored in clear anyway, with its idempotency rows, one of which answers with the
+    ``candidate_id``; the agent id and the session are nowhere else.)
     """
 
     principal: str

@@ -12,7 +12,9 @@ import pytest
 
 from engram_memory.connect import connect
 from engram_memory.keyvaults.memory import InMemoryKeyVault
+from engram_memory.keyvaults.sqlite import SQLiteKeyVault
 from engram_memory.stores.memory import InMemoryStore
+from engram_memory.stores.sqlite import SQLiteStore
 from engram_memory.testing.fakes import CAPTURE, capture_args, make_binding, make_key, ok
 
 KEY = bytes(range(32))
@@ -120,9 +122,9 @@ def test_a_given_vault_replaces_the_sqlite_vault(folder: Path) -> None:
 
 
 @pytest.mark.parametrize("url", ["memory:", "sqlite:///t.db"])
-@pytest.mark.parametrize("value", [-1, True, 1.5, "10000", None])
+@pytest.mark.parametrize("value", [-1, True, 1.5, "10000", None, 2**31, 2**63])
 def test_a_busy_timeout_that_is_not_a_non_negative_int_is_refused(url: str, value: object, folder: Path) -> None:
-    _refused("busy_timeout_ms must be an int of 0 or more", url, busy_timeout_ms=value)
+    _refused("busy_timeout_ms must be an int from 0 to 2147483647", url, busy_timeout_ms=value)
     assert list(folder.iterdir()) == []
 
 
@@ -137,5 +139,29 @@ def test_the_busy_timeout_reaches_the_store_and_the_vault(master_key: bytes | No
             assert connection.execute("PRAGMA busy_timeout").fetchone() == (12_345,)
         finally:
             service.store._release(connection, True)  # type: ignore[attr-defined]  # noqa: FBT003
+    finally:
+        service.close()
+
+
+@pytest.mark.parametrize("value", [-1, 2**31, 2**63, True])
+def test_the_store_and_the_vault_refuse_a_busy_timeout_sqlite_cannot_hold(value: int, folder: Path) -> None:
+    """``PRAGMA busy_timeout`` is a C int: 2**31 read back as 0 (no wait), 2**63 broke every write."""
+    message = "^busy_timeout_ms must be an int from 0 to 2147483647$"
+    with pytest.raises(ValueError, match=message):
+        SQLiteStore(folder / "s.db", busy_timeout_ms=value)
+    with pytest.raises(ValueError, match=message):
+        SQLiteKeyVault(folder / "v.vault", master_key=KEY, busy_timeout_ms=value)
+    assert list(folder.iterdir()) == []
+
+
+def test_the_longest_busy_timeout_sqlite_holds_is_kept(folder: Path) -> None:
+    service = connect("sqlite:///memory.db", busy_timeout_ms=2**31 - 1, master_key=KEY)
+    try:
+        connection = service.store._acquire()  # type: ignore[attr-defined]
+        try:
+            assert connection.execute("PRAGMA busy_timeout").fetchone() == (2**31 - 1,)
+        finally:
+            service.store._release(connection, True)  # type: ignore[attr-defined]  # noqa: FBT003
+        assert ok(service.call_tool(CAPTURE, capture_args(make_key("longest-wait")), make_binding()))
     finally:
         service.close()

@@ -217,3 +217,9 @@ def test_the_postings_message_names_the_likeliest_cause() -> None:
     mixed = _postings_mismatch("orbit", [("mem_b", (1, 0, 0, 0, 0), (1, 0, 0, 0, 0))], expected)
     assert "mixes distinct terms" in mixed
     assert mixed.endswith(f"found {[('mem_b', (1, 0, 0, 0, 0), (1, 0, 0, 0, 0))]!r}, expected {expected!r}")
+
+
+def test_the_postings_message_names_order_and_duplicates() -> None:
+    one, two = ("mem_a", (1, 0, 0, 0, 0), (1, 0, 0, 0, 0)), ("mem_b", (1, 0, 0, 0, 0), (1, 0, 0, 0, 0))
+    assert "out of record-id order" in _postings_mismatch("orbit", [two, one], [one, two])
+    assert "a document listed more than once" in _postings_mismatch("orbit", [one, one, two], [one, two])

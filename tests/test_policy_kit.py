@@ -6,13 +6,15 @@ name what is wrong, so that a host learns it before its users meet ``POLICY_UNAV
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+import attrs
 import pytest
 
-from engram_memory import DefaultPolicy
-from engram_memory.ports import Policy
-from engram_memory.testing import PolicyConformance
+from engram_memory import DefaultPolicy, connect
+from engram_memory.ports import AdmissionDecision, AdmissionRequest, Policy
+from engram_memory.testing import PolicyConformance, PolicyOverride, capture_args, make_binding, make_key
+from engram_memory.testing.policy import admission_request
 
 
 class TestDefaultPolicy(PolicyConformance):
@@ -75,6 +77,17 @@ class Confused(DefaultPolicy):
         return None if tool == "engram_memory_capture" else True
 
 
+class ReadsContent(DefaultPolicy):  # correct: it decides on what the capture says and on who captured it
+
+    def decide(self, request, now):
+        decided = super().decide(request, now)
+        if request.payload["primary_event"]["type_ref"] == "" or request.evidence["citation_ids"] == []:
+            raise AssertionError("unreachable")
+        if request.candidate_id.startswith("candidate_") and request.capturer is not None:
+            return decided
+        return attrs.evolve(decided, decision="adjudication_required")
+
+
 class TestNaiveClock(PolicyConformance):
     @pytest.fixture
     def policy(self):
@@ -111,6 +124,12 @@ class TestConfused(PolicyConformance):
         return Confused()
 
 
+class TestReadsContent(PolicyConformance):
+    @pytest.fixture
+    def policy(self):
+        return ReadsContent(admission="accept")
+
+
 class TestWithoutAPolicy(PolicyConformance):
     pass
 """
@@ -122,9 +141,11 @@ def test_each_wrong_policy_fails_naming_its_mistake(pytester: pytest.Pytester) -
     output = result.stdout.str()
     failed = {
         name: sum(line.startswith(f"FAILED test_policies.py::Test{name}::") for line in output.splitlines())
-        for name in ("NaiveClock", "OldVersion", "Yesterday", "Typo", "Busy", "Confused")
+        for name in ("NaiveClock", "OldVersion", "Yesterday", "Typo", "Busy", "Confused", "ReadsContent")
     }
-    assert failed == {"NaiveClock": 3, "OldVersion": 3, "Yesterday": 3, "Typo": 1, "Busy": 0, "Confused": 1}, output
+    expected = {"NaiveClock": 3, "OldVersion": 3, "Yesterday": 3, "Typo": 1, "Confused": 1}
+    expected |= {"Busy": 0, "ReadsContent": 0}  # a refusal with its own code; a policy reading the content
+    assert failed == expected, output
     assert result.parseoutcomes().get("errors") == 10, output  # TestWithoutAPolicy: every test needs the fixture
     result.stdout.fnmatch_lines_random(
         [
@@ -139,3 +160,22 @@ def test_each_wrong_policy_fails_naming_its_mistake(pytester: pytest.Pytester) -
             "*NotImplementedError: policy test classes must override the policy fixture",
         ]
     )
+
+
+def test_the_kit_asks_decide_about_the_request_the_service_builds() -> None:
+    """Payload, payload digest, evidence and candidate id as the service hands them to ``decide``."""
+    seen: list[AdmissionRequest] = []
+
+    def decide(request: AdmissionRequest, now: datetime) -> AdmissionDecision:
+        seen.append(request)
+        return DefaultPolicy(admission="accept").decide(request, now)
+
+    service = connect("memory:", policy=PolicyOverride(DefaultPolicy(admission="accept"), decide=decide))
+    binding = make_binding()
+    arguments = capture_args(make_key("policy-kit-real"), attestation="signed")
+    captured = service.call_tool("engram_memory_capture", arguments, binding)["output"]["value"]
+    admission = {"candidate_id": captured["candidate_id"], "idempotency_key": make_key("policy-kit-real-admit")}
+    assert service.call_tool("engram_memory_request_admission", admission, binding)["ok"] is True
+    (real,) = seen
+    built = admission_request(binding, arguments, capturer=real.capturer)
+    assert attrs.evolve(built, record_digest=real.record_digest) == real

@@ -325,10 +325,11 @@ def test_an_attestation_that_grows_past_its_bound_in_nfc_is_refused_and_writes_n
 def test_a_retry_whose_attestation_differs_only_by_normalisation_replays(
     store: InMemoryStore, clock: ManualClock
 ) -> None:
+    """6,144 bytes as sent, 4,096 in NFC: accepted (it was refused when measured as sent), and its NFC form replays."""
     harness = _harness(store, InMemoryKeyVault(), clock)
     key = make_key("attestation-nfc")
-    first = ok(harness.call(CAPTURE, capture_args(key, attestation="signed by cafe\u0301 " * 200), A))
-    retry = ok(harness.call(CAPTURE, capture_args(key, attestation="signed by caf\u00e9 " * 200), A))
+    first = ok(harness.call(CAPTURE, capture_args(key, attestation="e\u0301" * 2048), A))
+    retry = ok(harness.call(CAPTURE, capture_args(key, attestation="\u00e9" * 2048), A))
     assert first["status"] == "committed_pending"
     assert retry["status"] == "duplicate_exact"
     assert retry["candidate_id"] == first["candidate_id"]

@@ -190,8 +190,9 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Print each pending candidate of one scope as a JSON object on its own line, oldest first: its id, "
             "the payload as it would be admitted, the evidence as captured, the trust and policy it was captured "
-            "under, the record digest it would carry, and whether content of the same payload was forgotten in the "
-            "scope (forgotten: accepting it re-admits erased content). This is the host's review, and it prints "
+            "under, the record digest it would carry, who captured it (captured_by: principal, agent id and session; "
+            "null for a candidate sealed by a pre-release), and whether content of the same payload was forgotten in "
+            "the scope (forgotten: accepting it re-admits erased content). This is the host's review, and it prints "
             "content: run it where the content may be shown. Reads only, like verify. A scope with no journal "
             "(nothing was ever captured there: a mistyped tenant or workspace?) prints nothing and says so on "
             "standard error; an empty tenant or workspace, or one not in Unicode NFC, is a usage error." + _KEY_FILE

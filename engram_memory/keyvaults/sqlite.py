@@ -51,6 +51,7 @@ from engram_memory.keyvaults._aead import new_key, open_sealed, seal_with
 from engram_memory.ports import SealedEnvelope
 from engram_memory.stores.sqlite._errors import translate
 from engram_memory.stores.sqlite._files import (
+    check_busy_timeout,
     check_current_schema,
     connect_read_only,
     create_private,
@@ -302,6 +303,7 @@ class SQLiteKeyVault:
             raise ValueError("master_key must be 32 bytes")
         if reserve < 1:
             raise ValueError("reserve must be at least 1")
+        check_busy_timeout(busy_timeout_ms)
         self._reserve_size = reserve
         self._reserved: list[tuple[str, bytes]] = []  # durable, never used: (key_ref, key)
         self._reserved_by = os.getpid()

@@ -12,7 +12,9 @@ issued at a naive ``datetime.now()``, a trust class outside the three, ``None`` 
 makes every call that asks it ``POLICY_UNAVAILABLE``, retriable, for ever. The kit asks every
 method, for each binding of the ``bindings`` fixture (override it with the bindings your host
 makes: the default is two principals of one workspace, one granted every tool and one granted
-only search and get), and fails with the method and what is wrong. It checks shapes and the
+only search and get), and fails with the method and what is wrong. ``decide`` is asked about a
+complete, digested capture (override ``capture_arguments`` with one your policy expects), as
+the service builds it, captured by the requester, by another principal, and by an unknown one. It checks shapes and the
 service's own rules (a decision for the request's record, by this policy, issued within 300 s
 before ``now`` and not after it), not the host's choices. An ``EngramError`` a method raises is
 a refusal the contract allows (``RATE_LIMITED``, say), so a binding the policy refuses passes.
@@ -26,14 +28,16 @@ from typing import Any, Final
 import attrs
 import pytest
 
+from engram_memory.canonical import Domain, digest
 from engram_memory.context import ALL_TOOLS, HostBinding
 from engram_memory.errors import EngramError, ErrorCode
 from engram_memory.policy_guard import GuardedPolicy
 from engram_memory.ports import AdmissionRequest, Capturer, Policy
-from engram_memory.testing.fakes import make_binding
+from engram_memory.records import build_record, candidate_id_for, complete_payload, trust_binding
+from engram_memory.testing.fakes import capture_args, make_binding, make_key
 from engram_memory.wire.schemas import output_schema
 
-__all__ = ["PolicyConformance"]
+__all__ = ["PolicyConformance", "admission_request"]
 
 _DECISION_MAX_AGE: Final = timedelta(seconds=300)
 _RECORD_FIELDS: Final = frozenset(output_schema("engram_memory_get")["properties"]["record"]["properties"])
@@ -68,14 +72,43 @@ def _pointer_tokens(pointer: str) -> list[str] | None:
     return [token.replace("~1", "/").replace("~0", "~") for token in tokens]
 
 
-def _request(binding: HostBinding, *, capturer: Capturer | None) -> AdmissionRequest:
+def admission_request(
+    binding: HostBinding, arguments: dict[str, Any], *, capturer: Capturer | None
+) -> AdmissionRequest:
+    """The request the service would hand ``decide`` for a capture of ``arguments`` asked for by ``binding``.
+
+    The payload is completed and digested, and the record digest derived, as the service does;
+    the candidate id is the one the capture gets (under the capturer's principal, or the
+    requester's when the capturer is unknown). Trust and authorization are stand-ins: a policy
+    sees only their effect on ``record_digest``.
+    """
+    completed = complete_payload(arguments["payload"], binding.scope)
+    payload_digest = digest(Domain.PAYLOAD, completed)
+    at = "2026-06-01T12:00:00.000Z"
+    trust = trust_binding(
+        trust_class="asserted",
+        evidence_digest=arguments["evidence"]["evidence_digest"],
+        policy_id="policy-kit",
+        policy_version="1",
+        issued_at=at,
+        payload_digest=payload_digest,
+    )
+    record = build_record(
+        completed=completed,
+        payload_digest=payload_digest,
+        recorded_at=at,
+        recorded_cursor="1",
+        authorization_receipt_digest="sha256:" + "a" * 64,
+        trust=trust,
+    )
+    principal = binding.principal if capturer is None else capturer.principal
     return AdmissionRequest(
-        candidate_id="candidate_" + "c" * 64,
+        candidate_id=candidate_id_for(binding.scope, principal, arguments["idempotency_key"]),
         scope=binding.scope,
-        record_digest="sha256:" + "d" * 64,
-        payload_digest="sha256:" + "e" * 64,
-        payload={},
-        evidence={},
+        record_digest=record["record_digest"],
+        payload_digest=payload_digest,
+        payload=completed,
+        evidence=arguments["evidence"],
         principal=binding.principal,
         agent_id=binding.agent_id,
         session=binding.session,
@@ -97,6 +130,14 @@ class PolicyConformance:
         writer = make_binding("tenant-a", "workspace-1", "principal-1")
         reader = attrs.evolve(make_binding("tenant-a", "workspace-1", "principal-2"), tools=_READ_ONLY)
         return [writer, reader]
+
+    @pytest.fixture
+    def capture_arguments(self) -> dict[str, Any]:
+        """The capture whose admission ``decide`` is asked about (override with one your policy expects).
+
+        Valid ``engram_memory_capture`` arguments (default: :func:`~engram_memory.testing.capture_args`).
+        """
+        return capture_args(make_key("policy-kit"))
 
     def test_the_id_and_version_are_non_empty_strings_that_do_not_change(self, policy: Policy) -> None:
         """Candidates keep them; a version that changed between calls would make decisions ``POLICY_STALE``."""
@@ -149,7 +190,7 @@ class PolicyConformance:
 
     @pytest.mark.parametrize("capturer", ["own", "another principal's", "unknown"])
     def test_a_decision_is_for_the_request_by_this_policy_issued_now(
-        self, policy: Policy, bindings: list[HostBinding], capturer: str
+        self, policy: Policy, bindings: list[HostBinding], capture_arguments: dict[str, Any], capturer: str
     ) -> None:
         """For the request's ``record_digest``, by this ``policy_id`` and ``policy_version``, issued now."""
         policy_id, version = _answer(policy, lambda p: p.policy_id), _answer(policy, lambda p: p.policy_version)
@@ -159,7 +200,7 @@ class PolicyConformance:
                 "another principal's": Capturer(principal=binding.principal + "-other", agent_id="a", session="s"),
                 "unknown": None,
             }[capturer]
-            request = _request(binding, capturer=captured_by)
+            request = admission_request(binding, capture_arguments, capturer=captured_by)
             now = datetime.now(UTC)  # as the service reads its clock: the host's time, not a fixed one
             decision = _answer(policy, lambda p, r=request, n=now: p.decide(r, n))
             decided_by = max(now, datetime.now(UTC))

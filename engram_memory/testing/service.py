@@ -320,7 +320,10 @@ class ServiceConformance:
 
     @pytest.fixture
     def harness(self, service_factory: ServiceFactory, clock: ManualClock) -> Harness:
-        """A harness over a fresh backend, with a policy that accepts every candidate."""
+        """A harness over a fresh backend, with a policy that accepts every candidate its capturer asks to admit.
+
+        (``DefaultPolicy(admission="accept")``: a request by another principal is held for the host.)
+        """
         return Harness(with_policy(service_factory(clock), ACCEPT), clock)
 
     @staticmethod

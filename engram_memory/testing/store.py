@@ -348,13 +348,18 @@ def _term_documents() -> list[IndexedDocument]:
 
 def _postings_mismatch(term: str, found: list[Any], expected: list[Any]) -> str:
     """Why ``postings(term)`` differs, with the likeliest cause for the way it differs."""
+    found_ids, expected_ids = [posting[0] for posting in found], [posting[0] for posting in expected]
     if not found:
         cause = (
             f"it is empty, though {len(expected)} committed documents hold the term"
             " (were the indexed documents committed, and are they read back from where they were written?)"
         )
-    elif [posting[0] for posting in found] == [posting[0] for posting in expected]:
+    elif found_ids == expected_ids:
         cause = "the right documents, but other frequencies or lengths"
+    elif len(set(found_ids)) < len(found_ids):
+        cause = "a document listed more than once"
+    elif sorted(found_ids) == expected_ids:
+        cause = "the right documents, out of record-id order"
     else:
         cause = (
             "other documents (a store that keys terms by a prefix, a case or compatibility form, or an"
@@ -647,9 +652,11 @@ class StoreConformance:
         """A store that writes its index outside process memory keys it by a keyed digest of each term.
 
         The words of admitted records reach the store in clear only as index terms; written as
-        they are, they would sit on disk (or on a server) for anyone who can read the files.
-        Skipped when the binding gives no ``persisted_bytes`` (a store that keeps its index in
-        process memory may key it by the terms themselves).
+        they are (UTF-8 or UTF-16), they would sit on disk (or on a server) for anyone who can
+        read the files. Skipped when the binding gives no ``persisted_bytes`` (a store that keeps
+        its index in process memory may key it by the terms themselves), and, once no term is
+        found, when not even the document key (an id stores hold in clear) is among the bytes:
+        the store encrypts or compresses what it writes, or the binding reads the wrong place.
         """
         if persisted_bytes is None:
             pytest.skip("no persisted_bytes: nothing checks that the index terms are not written in clear")
@@ -664,11 +671,20 @@ class StoreConformance:
         with store.write(SCOPE_A) as unit:
             unit.index_document(_document("mem_persistedcontrol", {**terms, "zqclearreindexed": _freq(evidence=1)}))
         written = persisted_bytes(store)
-        assert b"mem_persistedcontrol" in written, (
-            "persisted_bytes does not see the index: the document key, which stores hold in clear, is not in it"
+        in_clear = sorted(
+            f"{term} ({encoding})"
+            for term in [*terms, "zqclearreindexed"]
+            for encoding in ("utf-8", "utf-16-le", "utf-16-be")
+            if term.encode(encoding) in written
         )
-        in_clear = sorted(term for term in [*terms, "zqclearreindexed"] if term.encode("utf-8") in written)
         assert not in_clear, f"index terms written in clear: {in_clear}"
+        if (
+            b"mem_persistedcontrol" not in written
+        ):  # nothing readable: an encrypted or compressed store, or a wrong binding
+            pytest.skip(
+                "persisted_bytes holds not even the document key in clear: the store encrypts or compresses"
+                " what it writes (nothing here can be read in clear), or the capability reads the wrong place"
+            )
 
     def test_an_unindexed_term_leaves_no_trace_in_the_store(self, store: Store, term_traces: TermTraces | None) -> None:
         """``term_traces`` finds an indexed term, and nothing of it once its only document is unindexed.

@@ -66,6 +66,7 @@ from engram_memory.stores.sqlite._errors import (
     translated,
 )
 from engram_memory.stores.sqlite._files import (
+    check_busy_timeout,
     check_current_schema,
     connect_read_only,
     create_private,
@@ -717,8 +718,7 @@ class SQLiteStore:
     ) -> None:
         if synchronous not in {"FULL", "NORMAL"}:
             raise ValueError("synchronous must be 'FULL' or 'NORMAL'")
-        if busy_timeout_ms < 0:
-            raise ValueError("busy_timeout_ms must be a non-negative integer")
+        check_busy_timeout(busy_timeout_ms)
         self._path = os.fspath(path)
         if self._path in {"", ":memory:"}:
             raise ValueError("SQLiteStore needs a file path (use InMemoryStore for a transient store)")
