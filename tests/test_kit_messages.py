@@ -223,3 +223,52 @@ def test_the_postings_message_names_order_and_duplicates() -> None:
     one, two = ("mem_a", (1, 0, 0, 0, 0), (1, 0, 0, 0, 0)), ("mem_b", (1, 0, 0, 0, 0), (1, 0, 0, 0, 0))
     assert "out of record-id order" in _postings_mismatch("orbit", [two, one], [one, two])
     assert "a document listed more than once" in _postings_mismatch("orbit", [one, one, two], [one, two])
+
+
+_PERSISTED_BINDINGS = """
+import pickle
+
+import pytest
+
+from engram_memory.stores.memory import InMemoryStore
+from engram_memory.testing import StoreConformance
+from engram_memory.testing.store import SCOPE_A
+
+
+class TestEncryptedAtRest(StoreConformance):
+    @pytest.fixture
+    def store(self):
+        return InMemoryStore()
+
+    @pytest.fixture
+    def persisted_bytes(self):
+        return lambda store: bytes(range(256)) * 4  # ciphertext: nothing readable
+
+
+class TestTermsInClear(StoreConformance):
+    @pytest.fixture
+    def store(self):
+        return InMemoryStore()
+
+    @pytest.fixture
+    def persisted_bytes(self):
+        def dump(store):
+            # what a file-backed store keying its postings by the terms would write (as UTF-16 text)
+            with store.read(SCOPE_A) as reader:
+                keys = pickle.dumps(list(reader.indexed_ids()))
+            return keys + "zqcleartermprimary zqclearreindexed".encode("utf-16-le")
+
+        return dump
+"""
+
+
+def test_persisted_bytes_skips_an_encrypting_store_and_fails_terms_in_clear(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_persisted=_PERSISTED_BINDINGS)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-rs", "-k", "written_in_clear")
+    result.assert_outcomes(skipped=1, failed=1)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*persisted_bytes holds not even the document key in clear: the store encrypts or compresses*",
+            "*index terms written in clear: ['zqclearreindexed (utf-16-le)', 'zqcleartermprimary (utf-16-le)']*",
+        ]
+    )
