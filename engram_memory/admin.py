@@ -13,6 +13,7 @@ from engram_memory.journal import VerifyReport, state_digest, verify_scope
 from engram_memory.ports import CandidateRow, Capturer, SealedEnvelope, StoreReader
 from engram_memory.results import RequestAdmissionResult
 from engram_memory.service import MemoryService
+from engram_memory.store_access import available_view
 from engram_memory.write_path import KeyVanishedError, capturer_of
 
 _VERIFY_SNAPSHOTS: Final = 3
@@ -214,7 +215,7 @@ class MemoryAdmin:
             TypeError, ValueError: ``tenant_id`` or ``workspace_id`` is refused (see :meth:`scope`).
         """
         scope = _scope_binding(tenant_id, workspace_id).scope
-        with self._service.store.read(scope) as reader:
+        with available_view(self._service.store, scope) as reader:
             rows = [row for row in reader.candidates() if row.state == "pending"]
         return self._opened(scope, sorted(rows, key=lambda row: row.created_cursor))
 
@@ -230,7 +231,7 @@ class MemoryAdmin:
             TypeError, ValueError: ``tenant_id`` or ``workspace_id`` is refused (see :meth:`scope`).
         """
         scope = _scope_binding(tenant_id, workspace_id).scope
-        with self._service.store.read(scope) as reader:
+        with available_view(self._service.store, scope) as reader:
             row = reader.candidate(candidate_id)
         opened = self._opened(scope, [row] if row is not None and row.state == "pending" else [])
         return opened[0] if opened else None
@@ -238,7 +239,7 @@ class MemoryAdmin:
     def _opened(self, scope: str, rows: list[CandidateRow]) -> list[PendingCandidate]:
         """The pending ``rows`` opened, in order, each with ``forgotten``; one that left ``pending`` is left out."""
         opened = [(row, self._open_pending(scope, row)) for row in rows]
-        with self._service.store.read(scope) as reader:
+        with available_view(self._service.store, scope) as reader:
             forgotten = {
                 row.candidate_id: reader.is_tombstoned_payload(digest(Domain.PAYLOAD, envelope["payload"]))
                 for row, envelope in opened
@@ -267,7 +268,7 @@ class MemoryAdmin:
         try:
             return self._service._write.open_candidate(scope, row)  # noqa: SLF001 - same package
         except KeyVanishedError:
-            with self._service.store.read(scope) as fresh:
+            with available_view(self._service.store, scope) as fresh:
                 now = fresh.candidate(row.candidate_id)
             if now is None or now.state != "pending" or now.sealed != row.sealed:
                 return None
@@ -295,12 +296,12 @@ class MemoryAdmin:
         sieve = _KeySieve()
         while True:
             sieve.final = sieve.passes == _VERIFY_SNAPSHOTS - 1
-            with store.read(scope) as reader:
+            with available_view(store, scope) as reader:
                 report = verify_scope(reader, vault, scope, erased_meanwhile=sieve)
             sieve.passes += 1
             if not sieve.suspects:
                 return report
-            with store.read(scope) as fresh:
+            with available_view(store, scope) as fresh:
                 if not sieve.sort(fresh):
                     return report
 
@@ -311,7 +312,7 @@ class MemoryAdmin:
             TypeError, ValueError: ``tenant_id`` or ``workspace_id`` is refused (see :meth:`scope`).
         """
         scope = _scope_binding(tenant_id, workspace_id).scope
-        with self._service.store.read(scope) as reader:
+        with available_view(self._service.store, scope) as reader:
             return state_digest(reader)
 
     def reap_keys(self) -> int:

@@ -447,7 +447,11 @@ class MutationGuard:
         """
         reaped, failed = 0, 0
         first_failure: EngramError | None = None
-        for scope in self._store.scopes():
+        try:
+            scopes = self._store.scopes()
+        except StoreUnavailableError as exc:  # closed, or busy past its timeout: nothing was destroyed
+            raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="scopes not listed") from exc
+        for scope in scopes:
             with self.read(scope) as reader:
                 doomed = reader.doomed_keys()
             failure = self._destroy_logged(scope, doomed)

@@ -60,6 +60,7 @@ from engram_memory.ports import (
     RecordRow,
     SealedEnvelope,
     Store,
+    StoreReader,
     UnitOfWork,
 )
 from engram_memory.ranking.tokenizer import term_frequencies
@@ -296,7 +297,7 @@ class WritePath:
             decide=None,
         )
 
-    def decide_candidate(  # noqa: C901, PLR0915 - the admission sequence reads top to bottom
+    def decide_candidate(  # noqa: C901, PLR0911, PLR0912, PLR0915 - the admission sequence reads top to bottom
         self,
         *,
         binding: HostBinding,
@@ -321,11 +322,8 @@ class WritePath:
                 try:
                     row = check_admissible(reader.candidate(candidate_id))
                 except EngramError:
-                    # the same key may have won a race since our first lookup: then this is its replay
-                    won = reader.idempotency(binding.principal, key) if key is not None else None
-                    replay = self._guard.check_replay(won, intent) if intent is not None else None
-                    if replay is not None:
-                        return from_json(RequestAdmissionResult, {**replay, "replayed": True})
+                    if (replay := self._won_meanwhile(reader, binding, key, intent)) is not None:
+                        return replay
                     raise
                 if row.state == "admitted":
                     raise _AlreadyAdmittedError(row)  # noqa: TRY301 - answered once the view is closed
@@ -344,6 +342,10 @@ class WritePath:
                     raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="candidate does not re-derive")
                 forgotten = reader.is_tombstoned_payload(payload_digest)
         except KeyVanishedError as vanished:
+            # the key goes when a decision commits: perhaps the decision of this very call, racing itself
+            with self._guard.read(scope) as fresh:
+                if (replay := self._won_meanwhile(fresh, binding, key, intent)) is not None:
+                    return replay
             raise self._vanished_key_error(scope, vanished.row) from vanished.__cause__
         except _AlreadyAdmittedError as admitted:
             return self._duplicate_admission(binding, admitted.row, key, intent)
@@ -472,6 +474,21 @@ class WritePath:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT, detail="candidate envelope altered") from exc
         opened: dict[str, Any] = json.loads(plaintext)
         return opened
+
+    def _won_meanwhile(
+        self, reader: StoreReader, binding: HostBinding, key: str | None, intent: str | None
+    ) -> RequestAdmissionResult | None:
+        """The replay of this call if an identical one (same key and intent) committed since our first lookup.
+
+        Identical calls racing each other commit once; the others find the candidate decided, or
+        its key destroyed, and answer the winner's response as a replay.
+
+        Raises:
+            EngramError: ``DIGEST_CONFLICT`` when the key was bound meanwhile to other arguments.
+        """
+        won = reader.idempotency(binding.principal, key) if key is not None else None
+        replay = self._guard.check_replay(won, intent) if intent is not None else None
+        return None if replay is None else from_json(RequestAdmissionResult, {**replay, "replayed": True})
 
     def _vanished_key_error(self, scope: str, row: CandidateRow) -> EngramError:
         """Why a pending candidate's key was gone, looked up again in a fresh view.

@@ -18,7 +18,7 @@ from engram_memory.errors import EngramError, ErrorCode, ProtocolError
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.ports import SealedEnvelope
 from engram_memory.stores.memory import InMemoryStore
-from engram_memory.testing import Harness, fail, make_binding, make_key, ok
+from engram_memory.testing import Harness, capture_args, fail, make_binding, make_key, ok
 
 A: Final = make_binding("tenant-ops", "workspace-a")
 B: Final = make_binding("tenant-ops", "workspace-b")
@@ -319,3 +319,28 @@ def test_scope_is_the_key_of_the_binding_and_of_the_store() -> None:
     made.harness.pending(A, make_key("ops-scope-key"))
     assert MemoryAdmin.scope(tenant_id=A.tenant_id, workspace_id=A.workspace_id) == A.scope
     assert made.store.scopes() == [MemoryAdmin.scope(tenant_id="tenant-ops", workspace_id="workspace-a")]
+
+
+@pytest.mark.parametrize("url", ["memory:", "sqlite"])
+def test_every_maintenance_method_answers_store_unavailable_once_the_service_is_closed(url: str, tmp_path: Any) -> None:
+    """As ``adjudicate`` does: an ``EngramError`` (retriable), never the store's own port error."""
+    from engram_memory import connect  # noqa: PLC0415
+
+    service = connect("memory:" if url == "memory:" else f"sqlite:///{tmp_path / 'closed.db'}")
+    binding = make_binding()
+    captured = ok(service.call_tool("engram_memory_capture", capture_args(make_key("closed-admin")), binding))
+    admin = MemoryAdmin(service)
+    service.close()
+    scope_ids = {"tenant_id": binding.tenant_id, "workspace_id": binding.workspace_id}
+    calls: dict[str, Callable[[], object]] = {
+        "reap_keys": admin.reap_keys,
+        "verify_scope": lambda: admin.verify_scope(binding.scope),
+        "verify": lambda: admin.verify(**scope_ids),
+        "state_digest": lambda: admin.state_digest(**scope_ids),
+        "pending_candidates": lambda: admin.pending_candidates(**scope_ids),
+        "pending_candidate": lambda: admin.pending_candidate(**scope_ids, candidate_id=captured["candidate_id"]),
+    }
+    for name, call in calls.items():
+        with pytest.raises(EngramError) as info:
+            call()
+        assert (info.value.code, info.value.retriable) == (ErrorCode.STORE_UNAVAILABLE, True), name

@@ -178,3 +178,53 @@ def test_a_clock_stepping_back_between_the_gate_and_the_commit_fails_the_confirm
         row = reader.candidate(candidate)
         assert row is not None
         assert row.state == "pending"
+
+
+class _RacingVault(InMemoryKeyVault):
+    """Runs ``before_open`` (once) just before the first ``open``: an identical call that commits first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before_open: Callable[[], None] | None = None
+
+    def open(self, envelope: Any, context: str) -> bytes:
+        hook, self.before_open = self.before_open, None
+        if hook is not None:
+            hook()
+        return super().open(envelope, context)
+
+
+@pytest.mark.parametrize("admission", ["reject", "accept"])
+def test_an_identical_admission_that_decides_first_is_replayed_when_its_decision_took_the_key(
+    admission: str, tmp_path: Any
+) -> None:
+    """Same key, same candidate, racing: the loser's view saw the candidate pending, but its key is gone.
+
+    The winner's decision destroyed the key (at once for a reject, in a batch for an accept): the
+    loser answers the winner's response as a replay, not ``ALREADY_TERMINAL`` or ``STORE_UNAVAILABLE``.
+    (SQLite: a write may run inside a read view of the same thread, as another thread's would.)
+    """
+    from engram_memory.stores.sqlite import SQLiteStore  # noqa: PLC0415 - only this test needs the file store
+
+    vault = _RacingVault()
+    store = SQLiteStore(tmp_path / "race.db")
+    policy = DefaultPolicy(admission="reject" if admission == "reject" else "accept")
+    service = MemoryService(store=store, vault=vault, policy=policy, clock=ManualClock())
+    binding = make_binding()
+    try:
+        captured = _value(service, binding, "engram_memory_capture", capture_args("race-identical-capture"))
+        args = {"candidate_id": captured["candidate_id"], "idempotency_key": "race-identical-admission"}
+        winner: list[dict[str, Any]] = []
+
+        def identical_call_wins() -> None:
+            winner.append(_value(service, binding, "engram_memory_request_admission", args))
+            if admission == "accept":  # the batch that destroys the accepted candidate's key
+                MemoryAdmin(service).reap_keys()
+
+        vault.before_open = identical_call_wins
+        loser = _value(service, binding, "engram_memory_request_admission", args)
+        assert winner[0]["replayed"] is False
+        assert loser == {**winner[0], "replayed": True}
+        assert loser["outcome"]["status"] == ("rejected" if admission == "reject" else "accepted")
+    finally:
+        service.close()
