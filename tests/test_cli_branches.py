@@ -27,6 +27,7 @@ from engram_memory.admin import MemoryAdmin
 from engram_memory.cli import main
 from engram_memory.errors import StoreUnavailableError
 from engram_memory.journal import VerifyReport
+from engram_memory.keyvaults.sqlite import SQLiteKeyVault
 from engram_memory.stores.sqlite import SQLiteStore
 from engram_memory.stores.sqlite._files import _WAL_WITHOUT_SHM
 from tests.test_cli_failures import SERVE
@@ -417,3 +418,48 @@ def test_a_closed_pipe_in_process_points_stdout_at_devnull(
             pipe.close()
     assert capsys.readouterr().err == ""
     assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- keys the command could not destroy
+
+
+def test_an_accept_whose_keys_cannot_be_destroyed_yet_says_so_in_one_note(
+    review: tuple[Path, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decision stands (status 0, its line); the keys stay doomed for reap-keys; no library traceback."""
+    db, candidate = review
+
+    def vault_locked(*_args: object) -> None:
+        busy = sqlite3.OperationalError("database is locked")
+        busy.sqlite_errorname = "SQLITE_BUSY"  # as the sqlite3 module sets it
+        raise busy
+
+    monkeypatch.setattr(SQLiteKeyVault, "destroy", vault_locked)
+    assert main([*_argv("adjudicate", db, candidate)[:-1], "accept"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{candidate}: accepted as mem_")
+    assert err == (
+        "adjudicate: decided, but the keys it doomed are not destroyed yet (the store or the key vault is busy): "
+        f"run engram-memory reap-keys --db {db}\n"
+    )
+    monkeypatch.undo()
+    assert main(["reap-keys", "--db", str(db)]) == 0
+    assert capsys.readouterr().out == "1 doomed key(s) destroyed\n"
+
+
+def test_reap_keys_blames_the_store_not_the_vault_when_the_store_cannot_list_its_scopes(
+    review: tuple[Path, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, _ = review
+    listed = SQLiteStore.scopes
+    calls: list[int] = []
+
+    def busy_on_the_second_listing(store: SQLiteStore) -> list[str]:
+        calls.append(1)
+        if len(calls) == 2:  # the command's own listing passes; reap_keys' meets a busy store
+            raise StoreUnavailableError("sqlite begin read failed: SQLITE_BUSY")
+        return listed(store)
+
+    monkeypatch.setattr(SQLiteStore, "scopes", busy_on_the_second_listing)
+    assert _exit_of(["reap-keys", "--db", str(db)]).code == "reap-keys: sqlite begin read failed: SQLITE_BUSY"
+    assert capsys.readouterr().err == ""

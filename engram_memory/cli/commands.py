@@ -135,6 +135,8 @@ def _reap(service: MemoryService, db: str) -> tuple[int, int]:
         except EngramError as exc:
             if exc.code is not ErrorCode.STORE_UNAVAILABLE:
                 raise
+            if isinstance(exc.__cause__, PortError):  # the store could not be read: the vault was not asked
+                raise SystemExit(f"{failed}: {_reason(exc.__cause__)}") from None
             hint = _cause_hint(exc)
             raise SystemExit(
                 f"{failed}: the key vault {db}.vault did not destroy every doomed key (they stay doomed): "
@@ -208,9 +210,28 @@ def _cmd_adjudicate(options: argparse.Namespace) -> int:
     except UnicodeDecodeError:  # a text column of a damaged page: the store's reads pass it through
         raise SystemExit(f"adjudicate {_shown(options.candidate)}: {_UNDECODABLE}") from None
     finally:
-        service.close()
+        with _library_logs_muted():  # a failure is this command's one line, not the library's tracebacks
+            reaped = _reaped(service)
+            service.close(destroy_doomed_keys=False)
     _say(line)
+    if not reaped:  # a note only: the decision stands, and its keys stay doomed for reap-keys
+        with contextlib.suppress(OSError):
+            print(
+                "adjudicate: decided, but the keys it doomed are not destroyed yet (the store or the key vault "
+                f"is busy): run engram-memory reap-keys --db {options.db}",
+                file=sys.stderr,
+                flush=True,
+            )
     return 0
+
+
+def _reaped(service: MemoryService) -> bool:
+    """Whether every doomed key could be destroyed (what ``close`` would do, but told, not logged)."""
+    try:
+        MemoryAdmin(service).reap_keys()
+    except Exception:  # noqa: BLE001 - as close() does: releasing the files comes first, whatever failed
+        return False
+    return True
 
 
 def _adjudicate(service: MemoryService, scope: str, options: argparse.Namespace) -> str:
