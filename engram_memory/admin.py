@@ -321,8 +321,9 @@ class MemoryAdmin:
         Raises:
             EngramError: ``STORE_UNAVAILABLE`` (retriable) when the vault could not destroy some
                 of them (its failure is the cause): they stay doomed, and a later call retries
-                them; or when the store cannot be read (closed, or busy past its timeout; the
-                store's ``StoreUnavailableError`` is the cause). A failure is never reported as
-                "nothing to reap".
+                them; else when the store cannot be read (closed, or busy past its timeout; the
+                store's ``StoreUnavailableError`` is the cause): the scopes it could read are
+                reaped, the others' keys stay doomed. A failure is never reported as "nothing to
+                reap".
         """
         return self._service._write.guard.reap()  # noqa: SLF001 - same package

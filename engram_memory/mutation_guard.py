@@ -438,22 +438,32 @@ class MutationGuard:
     def reap(self) -> int:
         """Destroy every scope's doomed keys; return how many.
 
-        Every scope is tried, one vault call each.
+        Every scope is tried, one vault call each; a scope whose view the store cannot give now is
+        skipped, and the others are still reaped.
 
         Raises:
             EngramError: ``STORE_UNAVAILABLE`` (retriable) if any scope's keys could not be
-                destroyed (they stay doomed; the other scopes' are destroyed), caused by the first
-                scope's failure (the vault's own error is its cause in turn).
+                destroyed (they stay doomed; the other scopes' are destroyed): caused by the first
+                scope's vault failure (the vault's own error is its cause in turn) when the vault
+                failed, else by the store's ``StoreUnavailableError`` (the scopes could not be
+                listed, or a scope could not be read: its keys were not asked for).
         """
         reaped, failed = 0, 0
         first_failure: EngramError | None = None
+        unread: EngramError | None = None
         try:
             scopes = self._store.scopes()
         except StoreUnavailableError as exc:  # closed, or busy past its timeout: nothing was destroyed
             raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail="scopes not listed") from exc
         for scope in scopes:
-            with self.read(scope) as reader:
-                doomed = reader.doomed_keys()
+            try:
+                with self.read(scope) as reader:
+                    doomed = reader.doomed_keys()
+            except EngramError as exc:
+                if exc.code is not ErrorCode.STORE_UNAVAILABLE:
+                    raise
+                unread = unread or exc  # busy: this scope's keys wait for the next reap
+                continue
             failure = self._destroy_logged(scope, doomed)
             if failure is None:
                 reaped += len(doomed)
@@ -463,4 +473,6 @@ class MutationGuard:
         if first_failure is not None:
             detail = f"{failed} doomed keys not destroyed, {reaped} were"
             raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=detail) from first_failure
+        if unread is not None:
+            raise unread  # its cause is the store's error: no vault failed
         return reaped

@@ -14,7 +14,7 @@ import pytest
 
 from engram_memory import DefaultPolicy, ManualClock, MemoryAdmin, MemoryService
 from engram_memory.context import HostBinding
-from engram_memory.errors import EngramError, ErrorCode, ProtocolError
+from engram_memory.errors import EngramError, ErrorCode, ProtocolError, StoreUnavailableError
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.ports import SealedEnvelope
 from engram_memory.stores.memory import InMemoryStore
@@ -109,6 +109,32 @@ def test_reap_keys_destroys_the_other_scopes_when_one_scope_fails(world: _World)
     assert world.admin.reap_keys() == 2
     assert world.doomed(first) == []
     assert not any(world.vault.holds(ref) for ref in failing)
+
+
+def test_reap_keys_reaps_the_scopes_it_can_read_and_blames_the_store_for_the_others(
+    world: _World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scope whose view the store cannot give now (busy) is skipped, not the end of the reap."""
+    first, second = (A, B) if A.scope < B.scope else (B, A)  # scopes are reaped in key order
+    unread = world.doom(first, 2)
+    reaped = world.doom(second, 3)
+    read = InMemoryStore.read
+
+    def busy_for_the_first(store: InMemoryStore, scope: str) -> Any:
+        if scope == first.scope:
+            raise StoreUnavailableError("the store is busy")
+        return read(store, scope)
+
+    monkeypatch.setattr(InMemoryStore, "read", busy_for_the_first)
+    with pytest.raises(EngramError) as failed:
+        world.admin.reap_keys()
+    assert (failed.value.code, failed.value.retriable) == (ErrorCode.STORE_UNAVAILABLE, True)
+    assert isinstance(failed.value.__cause__, StoreUnavailableError)  # the store's error: no vault failed
+    assert [ref for ref in reaped if world.vault.holds(ref)] == []  # the readable scope was reaped
+    monkeypatch.undo()
+    assert world.doomed(second) == []
+    assert all(world.vault.holds(ref) for ref in unread)
+    assert world.admin.reap_keys() == 2
 
 
 # --------------------------------------------------------------------------- adjudicate

@@ -423,28 +423,47 @@ def test_a_closed_pipe_in_process_points_stdout_at_devnull(
 # --------------------------------------------------------------------------- keys the command could not destroy
 
 
-def test_an_accept_whose_keys_cannot_be_destroyed_yet_says_so_in_one_note(
-    review: tuple[Path, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def _vault_locked(*_args: object) -> None:
+    busy = sqlite3.OperationalError("database is locked")
+    busy.sqlite_errorname = "SQLITE_BUSY"  # as the sqlite3 module sets it
+    raise busy
+
+
+def _note(db: Path) -> str:
+    run = f"run engram-memory reap-keys --db {db}"
+    return f"adjudicate: doomed keys could not be destroyed yet (they stay doomed): {run}\n"
+
+
+@pytest.mark.parametrize("decision", ["accept", "reject"])
+def test_a_decision_whose_keys_cannot_be_destroyed_yet_stands_with_one_note(
+    review: tuple[Path, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, decision: str
 ) -> None:
-    """The decision stands (status 0, its line); the keys stay doomed for reap-keys; no library traceback."""
+    """Status 0 and its line; the keys stay doomed for reap-keys; no library log record, no traceback.
+
+    (A reject destroys its key within the decision, an accept at the end of the command.)
+    """
     db, candidate = review
-
-    def vault_locked(*_args: object) -> None:
-        busy = sqlite3.OperationalError("database is locked")
-        busy.sqlite_errorname = "SQLITE_BUSY"  # as the sqlite3 module sets it
-        raise busy
-
-    monkeypatch.setattr(SQLiteKeyVault, "destroy", vault_locked)
-    assert main([*_argv("adjudicate", db, candidate)[:-1], "accept"]) == 0
+    monkeypatch.setattr(SQLiteKeyVault, "destroy", _vault_locked)
+    assert main([*_argv("adjudicate", db, candidate)[:-1], decision]) == 0
     out, err = capsys.readouterr()
-    assert out.startswith(f"{candidate}: accepted as mem_")
-    assert err == (
-        "adjudicate: decided, but the keys it doomed are not destroyed yet (the store or the key vault is busy): "
-        f"run engram-memory reap-keys --db {db}\n"
-    )
+    assert out.startswith(f"{candidate}: {decision}ed")
+    assert err == _note(db)
     monkeypatch.undo()
     assert main(["reap-keys", "--db", str(db)]) == 0
     assert capsys.readouterr().out == "1 doomed key(s) destroyed\n"
+
+
+def test_a_failed_decision_still_notes_keys_it_could_not_destroy(
+    review: tuple[Path, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The note comes before the command's one failure line (a key left doomed by an earlier accept)."""
+    db, candidate = review
+    monkeypatch.setattr(SQLiteKeyVault, "destroy", _vault_locked)
+    assert main([*_argv("adjudicate", db, candidate)[:-1], "accept"]) == 0
+    capsys.readouterr()
+    failed = _exit_of([*_argv("adjudicate", db, "candidate_00")[:-1], "accept"])
+    assert failed.code == "adjudicate candidate_00: NOT_FOUND (memory target not found)"
+    assert capsys.readouterr().err == _note(db)
 
 
 def test_reap_keys_blames_the_store_not_the_vault_when_the_store_cannot_list_its_scopes(

@@ -211,8 +211,8 @@ def _parser() -> argparse.ArgumentParser:
             "forgotten (pending shows forgotten: true) is refused unless --readmit-forgotten is given. Prints "
             "the outcome and exits 0 only when the decision took effect; an unknown candidate (NOT_FOUND), one "
             "already rejected or withdrawn (ALREADY_TERMINAL) or already admitted exits 1 and says so. A decision "
-            "whose doomed keys cannot be destroyed before it ends (a busy store or vault) still exits 0, with a "
-            "note on standard error to run reap-keys." + _KEY_FILE
+            "whose doomed keys cannot be destroyed before it ends (a busy or read-only store or vault) still "
+            "exits 0, with a note on standard error to run reap-keys." + _KEY_FILE
         ),
     )
     _scope_arguments(adjudicate, db="the SQLite database file")
@@ -234,8 +234,9 @@ def _parser() -> argparse.ArgumentParser:
             "killed between its commit and its key destruction leaves its key doomed, as does a vault outage, "
             "and accepts destroy theirs in batches. stats shows them as keys:doomed. Opens the files "
             "read-write. Prints how many keys it asked the vault to destroy; exits 1 with one line if the vault "
-            "failed for some scope (the keys stay doomed), the store could not be read (the vault was not asked), "
-            "or the store could not clear the rows of the keys it destroyed (read-only or locked): run it again."
+            "failed for some scope (the keys stay doomed), the store could not be read (the keys of the scopes it "
+            "could not read stay doomed), or the store could not clear the rows of the keys it destroyed "
+            "(read-only or locked): run it again."
         ),
         run=_cmd_reap_keys,
     )

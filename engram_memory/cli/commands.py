@@ -205,24 +205,31 @@ def _cmd_adjudicate(options: argparse.Namespace) -> int:
         usage_error("argument --readmit-forgotten: only with --decision accept")
     _require_existing(options.db, _key_file_of(options), writer=True)
     service = _connected(options)
-    try:
-        line = _adjudicate(service, scope, options)
-    except UnicodeDecodeError:  # a text column of a damaged page: the store's reads pass it through
-        raise SystemExit(f"adjudicate {_shown(options.candidate)}: {_UNDECODABLE}") from None
-    finally:
-        with _library_logs_muted():  # a failure is this command's one line, not the library's tracebacks
+    line: str | None = None
+    with _library_logs_muted():  # a failure is this command's one line (and a note), not the library's tracebacks
+        try:
+            line = _adjudicate(service, scope, options)
+        except UnicodeDecodeError:  # a text column of a damaged page: the store's reads pass it through
+            raise SystemExit(f"adjudicate {_shown(options.candidate)}: {_UNDECODABLE}") from None
+        finally:
             reaped = _reaped(service)
             service.close(destroy_doomed_keys=False)
+            if not reaped and line is None:  # failing: the note comes before the command's last line
+                _keys_left_note(options.db)
     _say(line)
-    if not reaped:  # a note only: the decision stands, and its keys stay doomed for reap-keys
-        with contextlib.suppress(OSError):
-            print(
-                "adjudicate: decided, but the keys it doomed are not destroyed yet (the store or the key vault "
-                f"is busy): run engram-memory reap-keys --db {options.db}",
-                file=sys.stderr,
-                flush=True,
-            )
+    if not reaped:  # a note only: the decision stands; its keys stay doomed for reap-keys
+        _keys_left_note(options.db)
     return 0
+
+
+def _keys_left_note(db: str) -> None:
+    with contextlib.suppress(OSError):
+        print(
+            f"adjudicate: doomed keys could not be destroyed yet (they stay doomed): run engram-memory reap-keys "
+            f"--db {db}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _reaped(service: MemoryService) -> bool:

@@ -347,12 +347,12 @@ def _term_documents() -> list[IndexedDocument]:
 
 
 def _first_encoding_in(text: str, written: bytes) -> str | None:
-    """The first of UTF-8, UTF-16-LE and UTF-16-BE in which ``text`` is among ``written``, or ``None``.
+    """``"utf-8"`` or ``"utf-16"`` (either byte order) if ``text`` is among ``written`` so encoded, else ``None``.
 
-    (Text written in one UTF-16 byte order can also match the other one byte further on, so
-    each text is reported once, in the first order found.)
+    (Text in one UTF-16 byte order can match the other one byte further on, so the order is not told.)
     """
-    return next((name for name in ("utf-8", "utf-16-le", "utf-16-be") if text.encode(name) in written), None)
+    forms = (("utf-8", "utf-8"), ("utf-16", "utf-16-le"), ("utf-16", "utf-16-be"))
+    return next((label for label, codec in forms if text.encode(codec) in written), None)
 
 
 def _postings_mismatch(term: str, found: list[Any], expected: list[Any]) -> str:
