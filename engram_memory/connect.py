@@ -15,6 +15,7 @@ from engram_memory.page_cursor import lifetime_ms
 from engram_memory.policy import DefaultPolicy
 from engram_memory.ports import Clock, KeyVault, Policy, Ranker, Store
 from engram_memory.service import MemoryService
+from engram_memory.stores._locking import check_busy_timeout
 from engram_memory.stores.memory import InMemoryStore
 
 if TYPE_CHECKING:
@@ -24,8 +25,6 @@ __all__ = ["connect"]
 
 _SQLITE: Final = "sqlite:///"
 _SYNCHRONOUS: Final = frozenset({"FULL", "NORMAL"})
-_MAX_BUSY_TIMEOUT_MS: Final = 2**31 - 1
-"""As `engram_memory.stores.sqlite._files.MAX_BUSY_TIMEOUT_MS` (checked here before any file is created)."""
 OPENING_STORE_NOTE: Final = "opening the SQLite store "
 """How the note naming the store file that failed to open begins (the CLI, which names the file
 itself, leaves it out)."""
@@ -88,8 +87,7 @@ def connect(
     lifetime_ms(page_cursor_lifetime)  # refused before any file is created
     if synchronous not in _SYNCHRONOUS:
         raise ValueError("synchronous must be 'FULL' or 'NORMAL'")
-    if type(busy_timeout_ms) is not int or not 0 <= busy_timeout_ms <= _MAX_BUSY_TIMEOUT_MS:
-        raise ValueError(f"busy_timeout_ms must be an int from 0 to {_MAX_BUSY_TIMEOUT_MS}")
+    check_busy_timeout(busy_timeout_ms)
     if master_key is not None and (url == "memory:" or vault is not None):
         raise ValueError("master_key applies only to a sqlite URL without vault=: it opens the SQLite key vault")
     if master_key is not None and (type(master_key) is not bytes or len(master_key) != 32):  # noqa: PLR2004

@@ -15,10 +15,8 @@ __all__ = ["available_view", "read_view"]
 def read_view(store: Store, scope: str) -> Iterator[StoreReader]:
     """A read view of ``scope``; ``STORE_UNAVAILABLE`` (retriable) or the corruption code on failure."""
     try:
-        with store.read(scope) as reader:
+        with available_view(store, scope) as reader:
             yield reader
-    except StoreUnavailableError as exc:
-        raise EngramError(ErrorCode.STORE_UNAVAILABLE, detail=str(exc)) from exc
     except StoreCorruptError as exc:
         raise EngramError(exc.code, detail=str(exc)) from exc
 

@@ -49,9 +49,9 @@ from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap
 from engram_memory.errors import KeyUnavailableError, PortError, SealIntegrityError, StoreUnavailableError
 from engram_memory.keyvaults._aead import new_key, open_sealed, seal_with
 from engram_memory.ports import SealedEnvelope
+from engram_memory.stores._locking import check_busy_timeout
 from engram_memory.stores.sqlite._errors import translate
 from engram_memory.stores.sqlite._files import (
-    check_busy_timeout,
     check_current_schema,
     connect_read_only,
     create_private,

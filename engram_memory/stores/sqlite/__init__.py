@@ -58,6 +58,7 @@ from engram_memory.ports import (
     occurrence_fields,
     occurrence_keys,
 )
+from engram_memory.stores._locking import check_busy_timeout
 from engram_memory.stores.sqlite._errors import (
     MigrationLedgerError,
     SchemaVersionError,
@@ -66,7 +67,6 @@ from engram_memory.stores.sqlite._errors import (
     translated,
 )
 from engram_memory.stores.sqlite._files import (
-    check_busy_timeout,
     check_current_schema,
     connect_read_only,
     create_private,

@@ -31,10 +31,8 @@ from engram_memory.stores.sqlite._errors import MigrationLedgerError
 from engram_memory.stores.sqlite._schema import SchemaSpec, migrate
 
 __all__ = [
-    "MAX_BUSY_TIMEOUT_MS",
     "FileMark",
     "LogWithoutIndexError",
-    "check_busy_timeout",
     "check_current_schema",
     "connect_read_only",
     "create_private",
@@ -44,21 +42,6 @@ __all__ = [
     "read_only_uri",
     "truncate_left_over_wal",
 ]
-
-MAX_BUSY_TIMEOUT_MS: Final = 2**31 - 1
-"""The longest busy timeout SQLite holds (``PRAGMA busy_timeout`` is a C ``int``; a larger one reads back as 0)."""
-
-
-def check_busy_timeout(busy_timeout_ms: object) -> None:
-    """Refuse a busy timeout SQLite cannot hold.
-
-    Raises:
-        ValueError: ``busy_timeout_ms`` is not an ``int`` (``bool`` excluded) from 0 to
-            :data:`MAX_BUSY_TIMEOUT_MS`.
-    """
-    if type(busy_timeout_ms) is not int or not 0 <= busy_timeout_ms <= MAX_BUSY_TIMEOUT_MS:
-        raise ValueError(f"busy_timeout_ms must be an int from 0 to {MAX_BUSY_TIMEOUT_MS}")
-
 
 FileMark = tuple[int, int, int, int]
 """A file's device, inode, size and modification time (ns): what changes when anything writes it."""
