@@ -126,6 +126,8 @@ class MemoryAdmin:
 
     Scopes are named by tenant and workspace, as the host knows them. Every method that takes
     them refuses an id that no :class:`~engram_memory.HostBinding` could use (see :meth:`scope`).
+    Every method that reads the store raises :class:`~engram_memory.EngramError`
+    ``STORE_UNAVAILABLE`` (retriable) when it is closed or busy past its timeout.
     """
 
     def __init__(self, service: MemoryService) -> None:
@@ -210,8 +212,8 @@ class MemoryAdmin:
         candidate decided or withdrawn while the list is read is left out.
 
         Raises:
-            EngramError: ``BLOB_MISSING`` (a pending candidate's key is lost) or
-                ``JOURNAL_CORRUPT`` (its envelope does not authenticate).
+            EngramError: ``BLOB_MISSING`` (a pending candidate's key is lost),
+                ``JOURNAL_CORRUPT`` (its envelope does not authenticate) or ``STORE_UNAVAILABLE``.
             TypeError, ValueError: ``tenant_id`` or ``workspace_id`` is refused (see :meth:`scope`).
         """
         scope = _scope_binding(tenant_id, workspace_id).scope
@@ -227,7 +229,8 @@ class MemoryAdmin:
         it through :meth:`adjudicate` re-admits erased content.
 
         Raises:
-            EngramError: ``BLOB_MISSING`` or ``JOURNAL_CORRUPT``, as for :meth:`pending_candidates`.
+            EngramError: ``BLOB_MISSING``, ``JOURNAL_CORRUPT`` or ``STORE_UNAVAILABLE``, as for
+                :meth:`pending_candidates`.
             TypeError, ValueError: ``tenant_id`` or ``workspace_id`` is refused (see :meth:`scope`).
         """
         scope = _scope_binding(tenant_id, workspace_id).scope
@@ -278,6 +281,7 @@ class MemoryAdmin:
         """Re-derive the scope's journal chain and state; report the first bad cursor.
 
         Raises:
+            EngramError: ``STORE_UNAVAILABLE`` (retriable): the store is closed or busy.
             TypeError, ValueError: ``tenant_id`` or ``workspace_id`` is refused (see :meth:`scope`).
         """
         scope = _scope_binding(tenant_id, workspace_id).scope
@@ -291,6 +295,9 @@ class MemoryAdmin:
         fresh view once the snapshot's view is closed (a store may serialise views): a row that no
         longer holds it was erased meanwhile and is not reported; a row that still holds it is
         ``BLOB_MISSING``, reported by verifying again (at most three snapshots in all).
+
+        Raises:
+            EngramError: ``STORE_UNAVAILABLE`` (retriable): the store is closed or busy.
         """
         store, vault = self._service.store, self._service.vault
         sieve = _KeySieve()
@@ -309,6 +316,7 @@ class MemoryAdmin:
         """Digest of the scope's folded state (equal across backends for the same trace).
 
         Raises:
+            EngramError: ``STORE_UNAVAILABLE`` (retriable): the store is closed or busy.
             TypeError, ValueError: ``tenant_id`` or ``workspace_id`` is refused (see :meth:`scope`).
         """
         scope = _scope_binding(tenant_id, workspace_id).scope

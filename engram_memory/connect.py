@@ -67,7 +67,8 @@ def connect(
     :class:`~engram_memory.MemoryService` (``None``: page cursors do not expire).
 
     Raises:
-        TypeError: ``page_cursor_lifetime`` is neither a ``timedelta`` nor ``None``.
+        TypeError: ``url`` is not a ``str``, ``audit_ids`` is neither callable nor ``None``, or
+            ``page_cursor_lifetime`` is neither a ``timedelta`` nor ``None``.
         ValueError: an unsupported or malformed URL, ``synchronous`` other than ``"FULL"`` or
             ``"NORMAL"``, a ``busy_timeout_ms`` that is not an ``int`` from 0 to 2**31 - 1, a
             ``page_cursor_lifetime`` under 1 ms, or ``master_key`` where no SQLite key vault is
@@ -84,6 +85,13 @@ def connect(
     a store of an older schema version as it was (not upgraded), except a store whose ``-wal``
     lost its ``-shm``, which is opened to be read.
     """
+    given: object = url  # typed str, but a host may pass anything
+    if not isinstance(given, str):
+        error = TypeError("url must be a str such as 'memory:' or 'sqlite:///path'")
+        error.add_note(f"got {type(given).__name__}")
+        raise error
+    if audit_ids is not None and not callable(audit_ids):
+        raise TypeError("audit_ids must be a callable answering a str")
     lifetime_ms(page_cursor_lifetime)  # refused before any file is created
     if synchronous not in _SYNCHRONOUS:
         raise ValueError("synchronous must be 'FULL' or 'NORMAL'")

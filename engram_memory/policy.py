@@ -8,6 +8,7 @@ from typing import Literal
 
 import attrs
 
+from engram_memory.canonical import has_utf8_form
 from engram_memory.context import ALL_TOOLS, HostBinding, string_set, tool_set
 from engram_memory.ports import TRUST_CLASSES, AdmissionDecision, AdmissionRequest, CaptureConstraints
 
@@ -25,7 +26,14 @@ def _family_refs(items: Iterable[str]) -> frozenset[str]:
 
 
 _BOOL = attrs.validators.instance_of(bool)
-_NON_EMPTY = attrs.validators.and_(attrs.validators.instance_of(str), attrs.validators.min_len(1))
+
+
+def _text(_instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    """A non-empty ``str`` with a UTF-8 form (receipts digest it), else ``TypeError`` / ``ValueError``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{attribute.name} must be a str")
+    if not value or not has_utf8_form(value):
+        raise ValueError(f"{attribute.name} must be non-empty Unicode text (no lone surrogate)")
 
 
 def _own_capture(request: AdmissionRequest) -> bool:
@@ -69,8 +77,8 @@ class DefaultPolicy:
 
     Raises:
         TypeError, ValueError: at construction, for a flag that is not a ``bool``, a trust class
-            outside the three, an empty id or version (a policy answering them would make every
-            call ``POLICY_UNAVAILABLE``).
+            outside the three, an id or version that is empty, not a ``str`` or holds a lone
+            surrogate (a policy answering them would make every call ``POLICY_UNAVAILABLE``).
     """
 
     admission: Literal["adjudicate", "accept", "reject"] = attrs.field(
@@ -90,8 +98,8 @@ class DefaultPolicy:
         default="asserted", validator=attrs.validators.in_(TRUST_CLASSES)
     )
     network: bool = attrs.field(default=False, validator=_BOOL)
-    policy_id: str = attrs.field(default="engram-memory:default-policy", validator=_NON_EMPTY)
-    policy_version: str = attrs.field(default="1", validator=_NON_EMPTY)
+    policy_id: str = attrs.field(default="engram-memory:default-policy", validator=_text)
+    policy_version: str = attrs.field(default="1", validator=_text)
 
     def granted_tools(self, binding: HostBinding) -> frozenset[str]:
         """The configured tools, intersected with the binding's."""

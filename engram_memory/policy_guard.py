@@ -15,6 +15,7 @@ from collections.abc import Set as AbstractSet
 from datetime import datetime, timedelta
 from typing import Literal, TypeVar, cast
 
+from engram_memory.canonical import has_utf8_form
 from engram_memory.context import HostBinding
 from engram_memory.errors import EngramError, ErrorCode
 from engram_memory.ports import (
@@ -51,7 +52,9 @@ def _shaped(value: _T, method: str, fault: Fault) -> _T:
 
 
 def _str_fault(value: object, name: str = "the answer") -> Fault:
-    return None if isinstance(value, str) and value != "" else f"{name} is not a non-empty str"
+    if not isinstance(value, str) or value == "":
+        return f"{name} is not a non-empty str"
+    return None if has_utf8_form(value) else f"{name} has a lone surrogate"
 
 
 def _one_of_fault(value: object, allowed: frozenset[str], name: str = "the answer") -> Fault:

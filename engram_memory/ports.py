@@ -1,6 +1,7 @@
 """The ports: Store, KeyVault, Policy, Ranker and Clock, and the values they exchange.
 
-Ports are :class:`typing.Protocol` s; a backend needs to import nothing from here to conform,
+Ports are :class:`typing.Protocol` s: a backend subclasses and registers nothing; it imports
+only the value types it exchanges (:class:`SealedEnvelope`, :class:`JournalEvent`, ...) from here,
 and certifies itself with the shipped suites in :mod:`engram_memory.testing`. Adapters translate
 their driver's exceptions into the port errors of :mod:`engram_memory.errors`
 (:class:`~engram_memory.errors.StoreUnavailableError`, ...) at their edge.
@@ -683,12 +684,12 @@ class Policy(Protocol):
 
     @property
     def policy_id(self) -> str:
-        """Stable identifier of the policy (an opaque ref)."""
+        """Stable identifier of the policy (an opaque ref: non-empty text without lone surrogates)."""
         ...
 
     @property
     def policy_version(self) -> str:
-        """Version; a candidate captured under another version gets ``POLICY_STALE``."""
+        """Version (non-empty text, as the id); a candidate captured under another version gets ``POLICY_STALE``."""
         ...
 
     def granted_tools(self, binding: HostBinding) -> frozenset[str]:
@@ -765,10 +766,11 @@ class Ranker(Protocol):
 
     Any exception one of its members raises during a search (other than an
     :class:`~engram_memory.errors.EngramError`, which keeps its code), and an answer of the wrong
-    shape, makes the search ``RANKING_UNAVAILABLE`` (retriable), through the typed API and
-    ``call_tool`` alike; so does a store failure met outside :meth:`rank`. A store failure met
-    while :meth:`rank` reads the store keeps its code (``STORE_UNAVAILABLE``, ``JOURNAL_CORRUPT``
-    or ``BLOB_MISSING``).
+    shape (for :meth:`rank`: not a list of at most 2,000 hits with distinct ASCII ``str`` record
+    ids and finite ``int`` or ``float`` scores and recencies), makes the search
+    ``RANKING_UNAVAILABLE`` (retriable), through the typed API and ``call_tool`` alike. A store
+    failure, whether :meth:`rank` meets it or the search does, keeps its code
+    (``STORE_UNAVAILABLE``, ``JOURNAL_CORRUPT`` or ``BLOB_MISSING``).
     """
 
     @property

@@ -40,7 +40,8 @@ import struct
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any, Final
+from math import isfinite
+from typing import Any, Final, cast
 
 from engram_memory.canonical import (
     ZERO_DIGEST,
@@ -97,6 +98,9 @@ _PLACEHOLDER_DIGEST: Final = ZERO_DIGEST
 _SEARCH_ATTEMPTS: Final = 3
 _DIGEST_MEMBER_BYTES: Final = len(',"response_digest":""') + len(ZERO_DIGEST)
 _SCORE_AND_RECENCY: Final = struct.Struct(">dd")
+_STR: Final = frozenset({str})
+_FLOAT: Final = frozenset({float})
+_NUMBER: Final = frozenset({float, int})
 
 
 class _KeyGoneError(Exception):
@@ -277,16 +281,13 @@ class ReadPath:
     def _rank(self, reader: StoreReader, query: RankingQuery) -> list[RankedHit]:
         """The ranker's hits; a failure of the ranker itself is ``RANKING_UNAVAILABLE`` (retriable).
 
-        So is an answer that breaks the ranker contract (not a list, more than 2,000 candidates, or
-        a record twice), which would otherwise repeat records across pages. Store failures met while
+        So is an answer that breaks the ranker contract (see :func:`_well_formed`), which would
+        otherwise repeat records across pages or fail later, unmapped. Store failures met while
         ranking keep their own codes (the read view maps them), and so do memory errors the
         ranker raises.
         """
         with _ranker_failures((EngramError, StoreUnavailableError, StoreCorruptError)):
-            hits = self._ranker.rank(reader, query)
-            if len(hits) > CANDIDATE_CAP or len({hit.record_id for hit in hits}) != len(hits):
-                raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="ranker answered duplicates or too many hits")
-        return hits
+            return _well_formed(self._ranker.rank(reader, query))
 
     def _profile(self) -> tuple[str, dict[str, Any], str]:
         """The ranker's profile, its config and the config's digest.
@@ -584,6 +585,43 @@ class ReadPath:
             read_receipt=read_receipt,
             packet_digest=digest_bytes(Domain.GET_PACKET, body),
         )
+
+
+def _well_formed(hits: object) -> list[RankedHit]:
+    """A ranker's answer, checked: ``RANKING_UNAVAILABLE`` (retriable) unless it keeps the contract.
+
+    That is a ``list`` of at most 2,000 hits whose record ids are distinct ``str`` of ASCII
+    without NUL (as every record id is) and whose scores and recencies are finite numbers. Those
+    values reach the JSON and the digests as floats with one zero: an ``int`` is taken as its
+    float and ``-0.0`` as ``0.0`` (the hit is rebuilt; the order is the ranker's).
+    """
+    if not isinstance(hits, list) or len(hits) > CANDIDATE_CAP:
+        raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="ranker answered no list or too many hits")
+    ids = [hit.record_id for hit in hits]
+    if not {type(record_id) for record_id in ids} <= _STR or len(set(ids)) != len(ids):
+        raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="ranker answered a record id twice or not a str")
+    joined = "".join(ids)
+    if not joined.isascii() or "\0" in joined:
+        raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="ranker answered a record id that names no record")
+    numbers = [hit.score for hit in hits] + [hit.recency for hit in hits]
+    if {type(number) for number in numbers} <= _FLOAT and all(map(isfinite, numbers)) and 0.0 not in numbers:
+        return hits  # the usual answer, taken as it is
+    return [
+        RankedHit(
+            record_id=hit.record_id, score=_json_float(hit.score), recency=_json_float(hit.recency), lexical=hit.lexical
+        )
+        for hit in hits
+    ]
+
+
+def _json_float(number: object) -> float:
+    """``number`` as a finite float with one zero; ``RANKING_UNAVAILABLE`` if it is none."""
+    if type(number) not in _NUMBER:  # a bool is no score
+        raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="ranker answered a score that is not a number")
+    value = float(cast("float", number))  # an int too large for a float: OverflowError, mapped by the caller
+    if not isfinite(value):
+        raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="ranker answered a score that is not finite")
+    return value + 0.0  # -0.0 + 0.0 == +0.0
 
 
 def _packet_bytes(packet: RecordPacket, record_bytes: bytes) -> bytes:

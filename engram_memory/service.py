@@ -118,14 +118,17 @@ class MemoryService:
             UTC; a clock that raises or answers no aware ``datetime`` makes the call
             ``CAPABILITY_UNAVAILABLE``, with nothing written.
         ranker: the search ranker (the lexical ``offline_lexical_v1`` ranker by default).
-        audit_ids: makes an ``auditId`` when the binding carries none.
+        audit_ids: makes an ``auditId`` when the binding carries none (for :meth:`call_tool`). It
+            must answer a ``str`` with a UTF-8 form; raising or answering anything else makes
+            that call a protocol error (-32603), as a malformed binding ``audit_id`` does.
         page_cursor_lifetime: how long a ``next_page_cursor`` may be used, counted from the
             instant its first page was ranked at (the cursor's pinned ``valid_as_of``); an older
             cursor answers ``STALE_PAGE``. It counts in whole milliseconds (a fraction of one is
             dropped). ``None`` (the default): cursors do not expire.
 
     Raises:
-        TypeError: ``page_cursor_lifetime`` is neither a ``timedelta`` nor ``None``.
+        TypeError: ``page_cursor_lifetime`` is neither a ``timedelta`` nor ``None``, or
+            ``audit_ids`` is not callable.
         ValueError: ``page_cursor_lifetime`` is shorter than one millisecond.
     """
 
@@ -141,6 +144,8 @@ class MemoryService:
         page_cursor_lifetime: timedelta | None = None,
     ) -> None:
         cursor_lifetime_ms = lifetime_ms(page_cursor_lifetime)
+        if not callable(audit_ids):
+            raise TypeError("audit_ids must be a callable answering a str")
         self.store = store
         self.vault = vault
         self.policy: Policy = GuardedPolicy(policy if policy is not None else DefaultPolicy())
@@ -175,10 +180,12 @@ class MemoryService:
                 self._write.guard.reap()
             except Exception:  # noqa: BLE001 - closing must release the files whatever the store says
                 _log.exception("doomed keys left for MemoryAdmin.reap_keys")
-        self.store.close()
-        close_vault = getattr(self.vault, "close", None)
-        if callable(close_vault):
-            close_vault()
+        try:
+            self.store.close()
+        finally:  # a store that fails to close must not keep the vault open
+            close_vault = getattr(self.vault, "close", None)
+            if callable(close_vault):
+                close_vault()
 
     def __enter__(self) -> Self:
         return self
@@ -231,6 +238,16 @@ class MemoryService:
             attrs.validate(confirmation)  # its fields too: object.__setattr__ bypasses the validators
         except (TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError.untrusted_context("host binding confirmation is malformed") from exc
+
+    def _generated_audit_id(self) -> str:
+        """A fresh ``auditId`` from the host's ``audit_ids``; -32603 if it raises or answers no text."""
+        try:
+            audit_id: object = self._audit_ids()
+        except Exception as exc:  # host code: its failure is a broken host context, never an envelope
+            raise ProtocolError.untrusted_context(f"audit_ids raised {type(exc).__name__}") from exc
+        if not isinstance(audit_id, str) or not audit_id or not has_utf8_form(audit_id):
+            raise ProtocolError.untrusted_context(f"audit_ids answered no text: {type(audit_id).__name__}")
+        return audit_id
 
     def _check_grant(self, tool: object, binding: HostBinding) -> None:
         """-32602 unless ``tool`` is the name (a ``str``) of a tool this binding is granted."""
@@ -434,7 +451,7 @@ class MemoryService:
         quote an argument value.
         """
         self._check_context(binding)
-        audit_id = binding.audit_id or self._audit_ids()
+        audit_id = binding.audit_id or self._generated_audit_id()
         try:
             self._check_grant(name, binding)
             gated = self._gated(name, binding)

@@ -258,21 +258,29 @@ class WritePath:
         return from_json(CaptureResult, value)
 
     def _check_capture_policy(self, binding: HostBinding, args: CaptureArgs, now: datetime) -> None:
-        constraints = self._policy.capture_constraints(binding)
+        """The capture's retention and reconciliation against the clock, then against the policy.
+
+        An expiry at or before ``now`` is an argument error (``INVALID_SCHEMA``), judged before the
+        policy is asked, so no refusal (``UNAUTHORIZED``, ``POLICY_UNAVAILABLE``) ever hides it.
+        """
         retention = args.payload.retention
+        expires = None if retention is None or retention.expires_at is None else parse_instant(retention.expires_at)
+        if expires is not None and expires <= now:
+            raise EngramError(
+                ErrorCode.INVALID_SCHEMA,
+                pointer="/payload/retention/expires_at",
+                detail="expires_at is not after capture time",
+            )
+        constraints = self._policy.capture_constraints(binding)
         if retention is not None:
             if retention.derivative_rule == "retain" and not constraints.allow_retain:
                 raise EngramError(ErrorCode.UNAUTHORIZED, detail="retain not allowed by host policy")
-            if retention.expires_at is not None:
-                expires = parse_instant(retention.expires_at)
-                if expires <= now:
-                    raise EngramError(
-                        ErrorCode.INVALID_SCHEMA,
-                        pointer="/payload/retention/expires_at",
-                        detail="expires_at is not after capture time",
-                    )
-                if constraints.max_retention is not None and expires - now > constraints.max_retention:
-                    raise EngramError(ErrorCode.UNAUTHORIZED, detail="expires_at beyond the host cap")
+            if (
+                expires is not None
+                and constraints.max_retention is not None
+                and expires - now > constraints.max_retention
+            ):
+                raise EngramError(ErrorCode.UNAUTHORIZED, detail="expires_at beyond the host cap")
         reconciliation = args.payload.reconciliation
         if reconciliation is not None and not set(reconciliation.family_refs) <= constraints.family_refs:
             raise EngramError(ErrorCode.UNAUTHORIZED, detail="reconciliation family without consent")

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,7 +35,9 @@ from engram_memory import (
     connect,
 )
 from engram_memory.errors import StoreUnavailableError
+from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.keyvaults.sqlite import MasterKeyError
+from engram_memory.stores.memory import InMemoryStore
 from engram_memory.testing.fakes import (
     CAPTURE,
     FORGET,
@@ -358,3 +361,71 @@ def test_a_service_that_opens_carries_on(tmp_path: Path) -> None:
         ok(service.call_tool(CAPTURE, capture_args(make_key("opened")), A))
     finally:
         service.close()
+
+
+# --------------------------------------------------------------------------- the host's audit ids, url and close
+
+
+def _raises() -> str:
+    raise RuntimeError("audit id service down")
+
+
+@pytest.mark.parametrize(
+    "made",
+    [_raises, uuid.uuid4, lambda: "", lambda: "audit-\ud800", lambda: None],
+    ids=["raises", "a UUID", "empty", "a lone surrogate", "None"],
+)
+def test_an_audit_id_the_host_cannot_make_is_32603_with_nothing_written(harness: Harness, made: Any) -> None:
+    """``audit_ids`` is host code, like the binding: its failure is a protocol error, never an envelope."""
+    service = MemoryService(
+        store=harness.service.store, vault=harness.service.vault, policy=DefaultPolicy(), audit_ids=made
+    )
+    with pytest.raises(ProtocolError) as refused:
+        service.call_tool(CAPTURE, capture_args(make_key("no-audit-id")), A)
+    assert refused.value.code is JsonRpcCode.INTERNAL_ERROR
+    assert harness.service.store.scopes() == []  # nothing written
+    bound = attrs.evolve(A, audit_id="host-audit-7")  # a bound audit id never calls the generator
+    assert ok(service.call_tool(CAPTURE, capture_args(make_key("bound-audit-id")), bound))["candidate_id"]
+
+
+@pytest.mark.parametrize("made", [None, "audit-1", uuid.uuid4()], ids=["None", "a str", "a UUID"])
+def test_audit_ids_that_are_not_callable_are_a_type_error_before_any_file(tmp_path: Path, made: Any) -> None:
+    with pytest.raises(TypeError, match="audit_ids must be a callable"):
+        MemoryService(store=InMemoryStore(), vault=InMemoryKeyVault(), audit_ids=made)
+    if made is not None:  # connect takes None for its default
+        with pytest.raises(TypeError, match="audit_ids must be a callable"):
+            connect(f"sqlite:///{tmp_path / 'host.db'}", audit_ids=made)
+        assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("url", [None, b"memory:", Path("host.db")], ids=["None", "bytes", "a Path"])
+def test_a_url_that_is_not_a_str_is_a_type_error_before_any_file(
+    url: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TypeError, match="url must be a str") as refused:
+        connect(url)
+    assert refused.value.__notes__ == [f"got {type(url).__name__}"]
+    assert list(tmp_path.iterdir()) == []
+
+
+class _StoreFailingToClose(InMemoryStore):
+    def close(self) -> None:
+        raise StoreUnavailableError("the final flush timed out")
+
+
+class _ClosableVault(InMemoryKeyVault):
+    closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_a_store_that_fails_to_close_still_lets_the_vault_close() -> None:
+    vault = _ClosableVault()
+    service = MemoryService(store=_StoreFailingToClose(), vault=vault)
+    with pytest.raises(StoreUnavailableError):
+        service.close()
+    assert vault.closed == 1
+    service.close()  # idempotent: the failure was answered once
+    assert vault.closed == 1

@@ -11,11 +11,13 @@ from typing import Any, Final, cast
 import attrs
 import pytest
 
-from engram_memory import DefaultPolicy, ErrorCode
+from engram_memory import DefaultPolicy, ErrorCode, ManualClock, connect
 from engram_memory.errors import EngramError
 from engram_memory.policy_guard import GuardedPolicy
 from engram_memory.ports import AdmissionDecision, AdmissionRequest, CaptureConstraints, Policy
 from engram_memory.testing import PolicyOverride, make_binding
+from engram_memory.testing.fakes import CAPTURE, capture_args, fail, make_key
+from engram_memory.wire import CaptureArgs, parse_args
 
 A = make_binding("tenant-a", "workspace-1", "principal-1")
 BASE = DefaultPolicy(admission="accept")
@@ -97,6 +99,8 @@ def test_a_malformed_answer_is_policy_unavailable(override: dict[str, Any]) -> N
         {"trust": "root"},
         {"policy_id": ""},
         {"policy_version": 2},
+        {"policy_id": "ref-\udcff"},
+        {"policy_version": b"2026.1-\xff".decode("utf-8", "surrogateescape")},
     ],
 )
 def test_default_policy_refuses_a_malformed_setting_when_built(setting: dict[str, Any]) -> None:
@@ -151,6 +155,13 @@ MALFORMED: Final[dict[str, tuple[str, object, str]]] = {
     "empty policy id": ("policy_id", "", NOT_STR),
     "policy id None": ("policy_id", None, NOT_STR),
     "empty policy version": ("policy_version", "", NOT_STR),
+    "policy id with a lone surrogate": ("policy_id", "ref-\udcff", "the answer has a lone surrogate"),
+    "policy version with a lone surrogate": ("policy_version", "2026.1-\udcff", "the answer has a lone surrogate"),
+    "decision with a lone surrogate in its version": (
+        "decide",
+        attrs.evolve(DECIDED, policy_version="2026.1-\udcff"),
+        "policy_version has a lone surrogate",
+    ),
     "decision without a version": (
         "decide",
         attrs.evolve(DECIDED, policy_version=""),
@@ -322,3 +333,16 @@ def test_default_policy_redaction_is_a_set_of_pointers() -> None:
     assert policy.redaction_allowlist(A) == ("/evidence", "/payload")
     assert policy == DefaultPolicy(redaction=("/evidence", "/payload"))
     assert DefaultPolicy().redaction_allowlist(A) is None
+
+
+def test_a_version_without_a_utf8_form_is_policy_unavailable_with_nothing_written() -> None:
+    """Receipts digest the version: one with a lone surrogate refuses the capture, typed and via ``call_tool``."""
+    version = b"2026.1-\xff".decode("utf-8", "surrogateescape")  # as read from a file with surrogateescape
+    service = connect("memory:", policy=PolicyOverride(DefaultPolicy(), policy_version=version), clock=ManualClock())
+    binding = make_binding()
+    envelope = service.call_tool(CAPTURE, capture_args(make_key("surrogate-version")), binding)
+    fail(envelope, ErrorCode.POLICY_UNAVAILABLE, retriable=True)
+    with pytest.raises(EngramError) as refused:
+        service.capture(binding, parse_args(CaptureArgs, capture_args(make_key("surrogate-version"))))
+    assert refused.value.code is ErrorCode.POLICY_UNAVAILABLE
+    assert service.store.scopes() == []

@@ -57,6 +57,11 @@ class OldVersion(DefaultPolicy):
         return attrs.evolve(super().decide(request, now), policy_version="0")
 
 
+class Escaped(DefaultPolicy):  # a version read with errors="surrogateescape"
+    def decide(self, request, now):
+        return attrs.evolve(super().decide(request, now), policy_version=b"1-\\xff".decode("utf-8", "surrogateescape"))
+
+
 class Yesterday(DefaultPolicy):
     def decide(self, request, now):
         return attrs.evolve(super().decide(request, now), issued_at=now - timedelta(days=1))
@@ -100,6 +105,12 @@ class TestOldVersion(PolicyConformance):
         return OldVersion(admission="accept")
 
 
+class TestEscaped(PolicyConformance):
+    @pytest.fixture
+    def policy(self):
+        return Escaped(admission="accept")
+
+
 class TestYesterday(PolicyConformance):
     @pytest.fixture
     def policy(self):
@@ -141,9 +152,9 @@ def test_each_wrong_policy_fails_naming_its_mistake(pytester: pytest.Pytester) -
     output = result.stdout.str()
     failed = {
         name: sum(line.startswith(f"FAILED test_policies.py::Test{name}::") for line in output.splitlines())
-        for name in ("NaiveClock", "OldVersion", "Yesterday", "Typo", "Busy", "Confused", "ReadsContent")
+        for name in ("NaiveClock", "OldVersion", "Escaped", "Yesterday", "Typo", "Busy", "Confused", "ReadsContent")
     }
-    expected = {"NaiveClock": 3, "OldVersion": 3, "Yesterday": 3, "Typo": 1, "Confused": 1}
+    expected = {"NaiveClock": 3, "OldVersion": 3, "Escaped": 3, "Yesterday": 3, "Typo": 1, "Confused": 1}
     expected |= {"Busy": 0, "ReadsContent": 0}  # a refusal with its own code; a policy reading the content
     assert failed == expected, output
     assert result.parseoutcomes().get("errors") == 10, output  # TestWithoutAPolicy: every test needs the fixture
@@ -154,6 +165,7 @@ def test_each_wrong_policy_fails_naming_its_mistake(pytester: pytest.Pytester) -
                 "issued_at is not a datetime with a time zone"
             ),
             "*the decision names policy 'engram-memory:default-policy' version '0', not the policy's own*",
+            "*policy.decide answered a malformed value: policy_version has a lone surrogate",
             "*issued_at * is not between 300 s before the call's now *",
             "*redaction_allowlist pointer '/text' names no record field*",
             "*policy.requires_confirmation answered a malformed value: the answer is not a bool",

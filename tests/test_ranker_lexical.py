@@ -399,3 +399,41 @@ def test_the_eligibility_rule_at_its_boundaries() -> None:
     assert len(expected) == 2 * 3 * 2
     assert eligible_entries(entries, valid_as_of=at, now_ms=now) == expected
     assert [(key, entry) for key, entry in entries if row_is_eligible(entry, valid_as_of=at, now_ms=now)] == expected
+
+
+_SHAPED_RANKERS = """
+import pytest
+
+from engram_memory.ranking.lexical import LexicalRanker
+from engram_memory.testing import RankerConformance
+
+
+class _Shaped(LexicalRanker):
+    def __init__(self, score):
+        self.score_of = score
+
+    def rank(self, reader, query):
+        return [hit._replace(score=self.score_of(hit.score)) for hit in super().rank(reader, query)]
+
+
+class TestTextScores(RankerConformance):
+    @pytest.fixture
+    def ranker(self):
+        return _Shaped(str)
+
+
+class TestNegatedDistances(RankerConformance):
+    @pytest.fixture
+    def ranker(self):
+        return _Shaped(lambda score: -(1.0 - score))  # the best hit scores -0.0, which the search answers as 0.0
+"""
+
+
+def test_the_kit_refuses_scores_the_search_refuses_and_passes_negative_zero(pytester: pytest.Pytester) -> None:
+    """A ranker answering ``str`` scores fails the kit, as its searches fail; negated distances pass, as they work."""
+    pytester.makepyfile(test_shaped=_SHAPED_RANKERS)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-k", "lists_of_finite_numbers")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines_random(
+        ["FAILED *TestTextScores::test_answers_are_lists_of_finite_numbers*", "E *: '1.0' is not a number"]
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -23,6 +24,7 @@ from engram_memory.read_path import TRANSPORT_CAP, PageCursor, PageCursorCodec, 
 from engram_memory.records import record_context
 from engram_memory.stores.memory import InMemoryStore
 from engram_memory.testing import PolicyOverride, StoreWrapper
+from engram_memory.wire import SearchArgs, parse_args
 from engram_memory.wire.descriptors import tool_descriptors
 from tests.read_fixtures import (
     DAY_MS,
@@ -1061,7 +1063,7 @@ def _binary_id(number: int) -> str:
     return "mem_" + format(number, "b").translate(str.maketrans("01", "ab"))
 
 
-class _DuplicatingRanker(LexicalRanker):
+class _ReshapingRanker(LexicalRanker):
     def __init__(self, transform: Any) -> None:
         self.transform = transform
 
@@ -1070,17 +1072,78 @@ class _DuplicatingRanker(LexicalRanker):
         return hits
 
 
+def _scored(value: object) -> Any:
+    return lambda hits: [hit._replace(score=value) for hit in hits]
+
+
 @pytest.mark.parametrize(
     "transform",
     [
         lambda hits: hits + hits[:1],
         lambda hits: hits + [RankedHit(_binary_id(n), 0.0, 1.0, 0.0) for n in range(2000)],  # all distinct
+        tuple,
+        _scored(float("nan")),
+        _scored(float("-inf")),
+        _scored("1.0"),
+        _scored(None),
+        _scored(True),  # noqa: FBT003 - the value under test
+        _scored(10**400),  # no float holds it
+        lambda hits: [hit._replace(recency=float("inf")) for hit in hits],
+        lambda hits: [hit._replace(record_id=7) for hit in hits],
+        lambda hits: [hit._replace(record_id=hit.record_id + "\u00e9") for hit in hits],
+        lambda hits: [hit._replace(record_id=hit.record_id + "\0") for hit in hits],
+        lambda hits: [hit._replace(record_id=hit.record_id + "\ud800") for hit in hits],
     ],
-    ids=["a record twice", "over 2,000 candidates"],
+    ids=[
+        "a record twice",
+        "over 2,000 candidates",
+        "a tuple",
+        "a NaN score",
+        "an infinite score",
+        "a str score",
+        "a None score",
+        "a bool score",
+        "an int no float holds",
+        "an infinite recency",
+        "an int record id",
+        "a non-ASCII record id",
+        "a record id with NUL",
+        "a lone surrogate in a record id",
+    ],
 )
-def test_a_ranker_answer_that_breaks_the_contract_is_ranking_unavailable(transform: Any) -> None:
+@pytest.mark.parametrize("limit", [10, 1])  # with limit 1 the page issues a cursor (the ordering digest)
+def test_a_ranker_answer_that_breaks_the_contract_is_ranking_unavailable(transform: Any, limit: int) -> None:
     harness = ReadHarness()
     binding = make_binding()
-    harness.admit(binding, DocSpec(key="broken-ranker-1", primary="pulsar"))
-    harness.use_ranker(_DuplicatingRanker(transform))
-    fail(harness.search(binding, "pulsar"), ErrorCode.RANKING_UNAVAILABLE)
+    for key in ("broken-ranker-1", "broken-ranker-2"):
+        harness.admit(binding, DocSpec(key=key, primary="pulsar"))
+    state = harness.state(binding)
+    harness.use_ranker(_ReshapingRanker(transform))
+    error = fail(harness.search(binding, "pulsar", limit=limit), ErrorCode.RANKING_UNAVAILABLE)
+    assert error["retriable"] is True
+    with pytest.raises(EngramError) as info:  # the typed search too: never a CanonicalError or struct.error
+        harness.service.search(
+            binding, parse_args(SearchArgs, {"query": "pulsar", "purpose_ref": binding.purpose_ref, "limit": limit})
+        )
+    assert info.value.code is ErrorCode.RANKING_UNAVAILABLE
+    assert harness.state(binding) == state
+
+
+def test_int_and_negative_zero_scores_answer_as_json_floats() -> None:
+    """A distance ranker's best hit scores -0.0, which JSON cannot carry: it answers 0.0, pages included."""
+    harness = ReadHarness()
+    binding = make_binding()
+    ids = [harness.admit(binding, DocSpec(key=f"zero-score-{n}", primary="pulsar")) for n in range(2)]
+
+    def distances(hits: list[RankedHit]) -> list[RankedHit]:
+        return [hit._replace(score=-0.0 if index == 0 else -1, recency=1) for index, hit in enumerate(hits)]
+
+    harness.use_ranker(_ReshapingRanker(distances))
+    first = ok(harness.search(binding, "pulsar", limit=1))
+    [packet] = first["records"]
+    assert (type(packet["score"]), math.copysign(1.0, packet["score"])) == (float, 1.0)
+    assert packet["score"] == 0.0
+    second = ok(harness.search(binding, "pulsar", limit=1, cursor=first["next_page_cursor"]))
+    [last] = second["records"]
+    assert (type(last["score"]), last["score"]) == (float, -1.0)
+    assert sorted([packet["record"]["record_id"], last["record"]["record_id"]]) == sorted(ids)

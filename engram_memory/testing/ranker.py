@@ -12,7 +12,8 @@ The suite writes a small corpus straight into a store (by default an
 backend) and checks, through read views only: determinism, eligibility (state, trust, closed
 valid-time interval, retention expiry), that no id outside the scope's index is ever returned,
 the documented order (score desc, recency desc, record id asc) with ties broken by record id,
-finite scores, and that ranking never writes.
+answers that are lists of hits with ``str`` ids and finite ``int`` or ``float`` scores, and that
+ranking never writes.
 """
 
 from __future__ import annotations
@@ -250,12 +251,16 @@ class RankerConformance:
         twins = [hit.record_id for hit in self.rank(ranker, corpus, "twin")]
         assert twins == ["mem_ltwin", "mem_mtwin"]
 
-    def test_scores_are_finite(self, ranker: Ranker, corpus: Store) -> None:
+    def test_answers_are_lists_of_finite_numbers(self, ranker: Ranker, corpus: Store) -> None:
+        # what the search accepts (else RANKING_UNAVAILABLE): a list; str ids; int or float scores, finite
         for text in (TERM, f"{TERM} relay decision twin", "doc"):
-            for hit in self.rank(ranker, corpus, text):
-                assert math.isfinite(hit.score)
-                assert math.isfinite(hit.recency)
-                assert math.isfinite(hit.lexical)
+            hits = self.rank(ranker, corpus, text)
+            assert isinstance(hits, list)
+            for hit in hits:
+                assert type(hit.record_id) is str
+                for value in (hit.score, hit.recency, hit.lexical):
+                    assert type(value) in (float, int), f"{hit.record_id}: {value!r} is not a number"
+                    assert math.isfinite(value), f"{hit.record_id}: {value!r} is not finite"
 
     def test_no_terms_or_no_match_is_empty(self, ranker: Ranker, corpus: Store) -> None:
         assert self.rank(ranker, corpus, "an of to") == []

@@ -10,13 +10,19 @@ every call (the suite calls it again to model a restart)::
             store, vault = MyStore(...), MyVault(...)
             return lambda clock: MemoryService(store=store, vault=vault, policy=DefaultPolicy(), clock=clock)
 
-Every test goes through ``call_tool``: JSON arguments in, envelope out. Tests name the rule they
-check (§3.n of the founding document, Dn of the design). Capability fixtures, ``None`` by default:
+Every test goes through ``call_tool`` (JSON arguments in, envelope out) and
+:class:`~engram_memory.MemoryAdmin` (adjudication, state digests, pending candidates). Tests name
+the rule they check (§3.n of the founding document, Dn of the design). Capability fixtures,
+``None`` by default:
 
 * ``scope_contents(store, scope) -> bytes``: everything the backend holds for a scope outside
   sealed ciphertexts (enables the plaintext scans of D6);
 * ``replace_event_body(store, scope, cursor, body)``: overwrite one stored event body (enables the
-  tamper test of D14).
+  tamper test of D14);
+* ``term_traces(store, scope, term) -> bool``: whether the store holds anything of a term for a
+  scope (enables the check that a forget leaves nothing of the words only its record held);
+* ``complete_destruction(vault)``: finishes the key destructions a vault scheduled; required for
+  a vault whose ``destroys_synchronously`` is ``False``.
 """
 
 from __future__ import annotations

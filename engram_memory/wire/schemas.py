@@ -633,9 +633,9 @@ def _record() -> Schema:
         "record_id": _record_id("Identifier of the record."),
         "payload_digest": _digest("Digest of the payload."),
         "record_digest": _digest("Digest of the record."),
-        "recorded_at": _instant("When the record was admitted."),
-        "recorded_cursor": _cursor("Journal position of the admission."),
-        "authorization_receipt_digest": _digest("Authorization of the admission."),
+        "recorded_at": _instant("When its candidate was captured (not when it was admitted)."),
+        "recorded_cursor": _cursor("Journal position of its capture (not of its admission)."),
+        "authorization_receipt_digest": _digest("Authorization of its capture."),
         "trust": _trust(),
     }
     return _obj(
