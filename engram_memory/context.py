@@ -20,18 +20,29 @@ from engram_memory.wire.limits import OPAQUE_BYTES
 if TYPE_CHECKING:
     from engram_memory.ports import Clock
 
-__all__ = ["ALL_TOOLS", "Confirmation", "HostBinding", "now_within_deadline", "scope_key", "string_set", "tool_set"]
+__all__ = [
+    "ADMISSION",
+    "ALL_TOOLS",
+    "CAPTURE",
+    "FORGET",
+    "GET",
+    "SEARCH",
+    "WITHDRAW",
+    "Confirmation",
+    "HostBinding",
+    "now_within_deadline",
+    "scope_key",
+    "string_set",
+    "tool_set",
+]
 
-ALL_TOOLS: Final = frozenset(
-    {
-        "engram_memory_search",
-        "engram_memory_get",
-        "engram_memory_capture",
-        "engram_memory_request_admission",
-        "engram_memory_withdraw",
-        "engram_memory_forget",
-    }
-)
+SEARCH: Final = "engram_memory_search"
+GET: Final = "engram_memory_get"
+CAPTURE: Final = "engram_memory_capture"
+ADMISSION: Final = "engram_memory_request_admission"
+WITHDRAW: Final = "engram_memory_withdraw"
+FORGET: Final = "engram_memory_forget"
+ALL_TOOLS: Final = frozenset({SEARCH, GET, CAPTURE, ADMISSION, WITHDRAW, FORGET})
 
 
 def string_set(items: Iterable[str], what: str) -> frozenset[str]:

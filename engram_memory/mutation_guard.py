@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
 from engram_memory.canonical import Domain, canonical_bytes, digest, format_instant
-from engram_memory.context import Confirmation, HostBinding, now_within_deadline
+from engram_memory.context import ADMISSION, CAPTURE, FORGET, WITHDRAW, Confirmation, HostBinding, now_within_deadline
 from engram_memory.errors import (
     EngramError,
     ErrorCode,
@@ -67,8 +67,8 @@ CONFIRMATION_TTL: Final = timedelta(seconds=300)
 CONFIRMATION_MAX_AGE: Final = timedelta(seconds=30)
 """A confirmed call must run within this long after approval."""
 _COMMIT_ATTEMPTS: Final = 3
-ALWAYS_GATED: Final = frozenset({"engram_memory_withdraw", "engram_memory_forget"})
-MUTATING_TOOLS: Final = frozenset({"engram_memory_capture", "engram_memory_request_admission", *ALWAYS_GATED})
+ALWAYS_GATED: Final = frozenset({WITHDRAW, FORGET})
+MUTATING_TOOLS: Final = frozenset({CAPTURE, ADMISSION, *ALWAYS_GATED})
 
 Mutation = CaptureArgs | RequestAdmissionArgs | WithdrawArgs | ForgetArgs
 
@@ -116,7 +116,7 @@ def intent_of(tool: str, arguments: dict[str, Any]) -> str:
     A capture's ``retention`` or ``reconciliation`` equal to its default counts as omitted: a
     retry that spells out the default it first omitted (or the reverse) is a replay.
     """
-    if tool == "engram_memory_capture":
+    if tool == CAPTURE:
         arguments = {**arguments, "payload": without_spelled_out_defaults(arguments["payload"])}
     return digest(Domain.IDEMPOTENCY_INTENT, {"tool": tool, "arguments": arguments})
 

@@ -9,7 +9,7 @@ from typing import Literal
 import attrs
 
 from engram_memory.canonical import has_utf8_form
-from engram_memory.context import ALL_TOOLS, HostBinding, string_set, tool_set
+from engram_memory.context import ADMISSION, ALL_TOOLS, CAPTURE, FORGET, WITHDRAW, HostBinding, string_set, tool_set
 from engram_memory.ports import TRUST_CLASSES, AdmissionDecision, AdmissionRequest, CaptureConstraints
 
 __all__ = ["DefaultPolicy"]
@@ -115,11 +115,11 @@ class DefaultPolicy:
 
     def requires_confirmation(self, tool: str, binding: HostBinding) -> bool:  # noqa: ARG002
         """Capture and request_admission as configured; withdraw and forget always."""
-        if tool == "engram_memory_capture":
+        if tool == CAPTURE:
             return self.confirm_capture
-        if tool == "engram_memory_request_admission":
+        if tool == ADMISSION:
             return self.confirm_admission
-        return tool in {"engram_memory_withdraw", "engram_memory_forget"}
+        return tool in {WITHDRAW, FORGET}
 
     def redaction_allowlist(self, binding: HostBinding) -> tuple[str, ...] | None:  # noqa: ARG002
         """The configured allowlist."""

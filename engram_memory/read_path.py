@@ -59,7 +59,7 @@ from engram_memory.canonical import (
     receipt_digest,
     sealed_receipt,
 )
-from engram_memory.context import HostBinding, now_within_deadline
+from engram_memory.context import GET, SEARCH, HostBinding, now_within_deadline
 from engram_memory.errors import (
     EngramError,
     ErrorCode,
@@ -92,8 +92,6 @@ __all__ = ["TRANSPORT_CAP", "PageCursor", "PageCursorCodec", "ReadPath", "redact
 
 TRANSPORT_CAP: Final = 1_048_576
 """The largest canonical value a search or get may return (UTF-8 bytes)."""
-SEARCH: Final = "engram_memory_search"
-GET: Final = "engram_memory_get"
 _PLACEHOLDER_DIGEST: Final = ZERO_DIGEST
 _SEARCH_ATTEMPTS: Final = 3
 _DIGEST_MEMBER_BYTES: Final = len(',"response_digest":""') + len(ZERO_DIGEST)

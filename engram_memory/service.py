@@ -30,7 +30,7 @@ import attrs
 from engram_memory.canonical import has_utf8_form
 from engram_memory.clock import SystemClock
 from engram_memory.clock_guard import GuardedClock
-from engram_memory.context import Confirmation, HostBinding
+from engram_memory.context import ADMISSION, CAPTURE, FORGET, GET, SEARCH, WITHDRAW, Confirmation, HostBinding
 from engram_memory.errors import EngramError, ErrorCode, ProtocolError
 from engram_memory.mutation_guard import MUTATING_TOOLS, Mutation, operation_target
 from engram_memory.page_cursor import lifetime_ms
@@ -64,18 +64,10 @@ __all__ = ["MemoryService"]
 
 _log = logging.getLogger("engram_memory")
 
-SEARCH: Final = "engram_memory_search"
-GET: Final = "engram_memory_get"
-CAPTURE: Final = "engram_memory_capture"
-ADMISSION: Final = "engram_memory_request_admission"
-WITHDRAW: Final = "engram_memory_withdraw"
-FORGET: Final = "engram_memory_forget"
-_MUTATIONS: Final = frozenset({CAPTURE, ADMISSION, WITHDRAW, FORGET})
-
 
 def _is_mutation(name: object) -> bool:
     """Whether ``name`` names a mutating tool (a name that is not a ``str`` names none)."""
-    return isinstance(name, str) and name in _MUTATIONS
+    return isinstance(name, str) and name in MUTATING_TOOLS
 
 
 _BOUND_FIELDS: Final = ("tenant_id", "workspace_id", "principal", "agent_id", "session", "purpose_ref")

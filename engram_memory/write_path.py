@@ -38,7 +38,7 @@ from engram_memory.canonical import (
     parse_instant,
     receipt_digest,
 )
-from engram_memory.context import Confirmation, HostBinding
+from engram_memory.context import ADMISSION, CAPTURE, FORGET, WITHDRAW, Confirmation, HostBinding
 from engram_memory.errors import (
     EngramError,
     ErrorCode,
@@ -92,12 +92,6 @@ DECISION_MAX_AGE: Final = timedelta(seconds=300)
 """An admission decision older than this is ``POLICY_STALE``."""
 DESTROY_BATCH: Final = 16
 """Accepts destroy the scope's doomed candidate keys once this many wait (one vault call)."""
-
-
-CAPTURE = "engram_memory_capture"
-ADMISSION = "engram_memory_request_admission"
-WITHDRAW = "engram_memory_withdraw"
-FORGET = "engram_memory_forget"
 
 
 def capturer_of(envelope: dict[str, Any]) -> Capturer | None:

@@ -32,14 +32,14 @@ from engram_memory.cli.files import (
     _sqlite_url,
 )
 from engram_memory.cli.messages import _cause_hint, _reason, _say, _shown
-from engram_memory.context import ALL_TOOLS, HostBinding
+from engram_memory.context import ALL_TOOLS, FORGET, WITHDRAW, HostBinding
 from engram_memory.errors import EngramError, ErrorCode, PortError, ProtocolError
 from engram_memory.keyvaults.sqlite import SQLiteKeyVault
 from engram_memory.policy import DefaultPolicy
 from engram_memory.service import MemoryService
 from engram_memory.stores.sqlite import SQLiteStore
 
-STDIO_TOOLS = ALL_TOOLS - {"engram_memory_withdraw", "engram_memory_forget"}
+STDIO_TOOLS = ALL_TOOLS - {WITHDRAW, FORGET}
 """What ``serve-mcp`` grants: the four tools that need no human confirmation (withdraw and forget
 would always answer -32603 without one, and a tool that cannot work must not be listed)."""
 
