@@ -41,7 +41,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from math import isfinite
-from typing import Any, Final, cast
+from typing import Any, Final, NamedTuple, cast
+
+import attrs
 
 from engram_memory.canonical import (
     ZERO_DIGEST,
@@ -129,6 +131,14 @@ def _ranker_failures(passing: tuple[type[Exception], ...] = (EngramError,)) -> I
         raise
     except Exception as exc:  # the ranker is host code (a remote semantic channel may be down)
         raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail=f"ranker failed: {type(exc).__name__}") from exc
+
+
+class _Profile(NamedTuple):
+    """The ranker's profile name, its config, and the config's digest (read once per search)."""
+
+    name: str
+    config: dict[str, Any]
+    config_digest: str
 
 
 # --------------------------------------------------------------------------- read path
@@ -287,7 +297,7 @@ class ReadPath:
         with _ranker_failures((EngramError, StoreUnavailableError, StoreCorruptError)):
             return _well_formed(self._ranker.rank(reader, query))
 
-    def _profile(self) -> tuple[str, dict[str, Any], str]:
+    def _profile(self) -> _Profile:
         """The ranker's profile, its config and the config's digest.
 
         A failure of the ranker, a profile that is not a ``str`` and a config that is not a
@@ -299,9 +309,9 @@ class ReadPath:
             if not isinstance(profile, str) or not isinstance(config, dict):
                 raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="ranker profile or config malformed")
             config_digest = receipt_digest(Domain.RECALL_PROFILE_CONFIG, config, "profile_config_digest")
-        return profile, config, config_digest
+        return _Profile(profile, config, config_digest)
 
-    def _binding_digest(self, binding: HostBinding, args: SearchArgs, profile: str, config_digest: str) -> str:
+    def _binding_digest(self, binding: HostBinding, args: SearchArgs, profile: _Profile) -> str:
         return digest(
             Domain.PAGE_CURSOR,
             {
@@ -316,8 +326,8 @@ class ReadPath:
                     "minimum_channels": args.capability_policy.minimum_channels,
                     "network": args.capability_policy.network,
                 },
-                "profile": profile,
-                "profile_config_digest": config_digest,
+                "profile": profile.name,
+                "profile_config_digest": profile.config_digest,
             },
         )
 
@@ -337,8 +347,8 @@ class ReadPath:
     def _search_once(self, binding: HostBinding, args: SearchArgs) -> SearchResult:
         now = self._now(binding)
         now_ms = epoch_ms(now)
-        profile, config, config_digest = self._profile()
-        binding_digest = self._binding_digest(binding, args, profile, config_digest)
+        profile = self._profile()
+        binding_digest = self._binding_digest(binding, args, profile)
         codec = PageCursorCodec(self._store.secret())
         pinned = None if args.page_cursor is None else self._pinned(codec, args.page_cursor, binding_digest, now_ms)
         with _ranker_failures():
@@ -356,81 +366,11 @@ class ReadPath:
             ordering = None if pinned is None else _ordering_digest(hits)  # a first page may need none
             if pinned is not None and (ordering != pinned.ordering_digest or offset >= len(hits)):
                 raise _stale("the ordering at the pinned instants changed")
-            ids_json = canonical_bytes([hit.record_id for hit in hits])
-            request = receipt_digest(
-                Domain.RECALL_REQUEST,
-                {
-                    "query": args.query,
-                    "purpose_ref": args.purpose_ref,
-                    "profile": profile,
-                    "valid_as_of": valid_as_of,
-                    "system_as_of": format_cursor(system_as_of),
-                    "capability_policy": {
-                        "minimum_channels": args.capability_policy.minimum_channels,
-                        "network": args.capability_policy.network,
-                    },
-                    "budgets": {
-                        "max_candidates": config.get("candidate_cap", CANDIDATE_CAP),
-                        "max_results": args.limit,
-                        "max_packet_bytes": args.max_packet_bytes,
-                    },
-                },
-                "request_digest",
+            pins = PageCursor(
+                offset=offset, valid_as_of=valid_as_of, system_as_of=system_as_of, ordering_digest=_PLACEHOLDER_DIGEST
             )
-            authorization = self._authorization(SEARCH, binding, request, now)
-            candidate_ids = _single_member_digest(Domain.RECALL_CANDIDATES, "candidate_ids", ids_json)
-            snapshot_id = "memory:snapshot-" + format_cursor(system_as_of)
-            snapshot = receipt_digest(
-                Domain.ACCEPTED_SNAPSHOT,
-                {
-                    "snapshot_id": snapshot_id,
-                    "system_as_of": format_cursor(system_as_of),
-                    "valid_as_of": valid_as_of,
-                    "journal_event_digest": _event_digest_at(reader, system_as_of),
-                    "eligibility_digest": digest(
-                        Domain.ACCEPTED_ELIGIBILITY,
-                        {
-                            "candidate_ids_digest": candidate_ids,
-                            "valid_as_of": valid_as_of,
-                            "system_as_of": format_cursor(system_as_of),
-                        },
-                    ),
-                },
-            )
-            receipt: dict[str, Any] = {
-                "request_digest": request,
-                "authorization_receipt_digest": authorization,
-                "profile": profile,
-                "profile_version": str(config.get("profile_version", "")),
-                "profile_config_digest": config_digest,
-                "valid_as_of": valid_as_of,
-                "system_as_of": format_cursor(system_as_of),
-                "snapshot_id": snapshot_id,
-                "snapshot_digest": snapshot,
-                "candidate_count": len(hits),
-                "candidate_ids_digest": candidate_ids,
-                "scoring_formula_ref": str(config.get("scoring_formula_ref", "")),
-                "ordered_ids_digest": _single_member_digest(Domain.RECALL_ORDERED, "ordered_ids", ids_json),
-                "revalidation_receipt_digest": _PLACEHOLDER_DIGEST,
-                "projection_receipt_digests": [],
-                "issued_at": format_instant(now),
-                "receipt_digest": _PLACEHOLDER_DIGEST,
-            }
-
-            def pins_at(position: int, ordering: str) -> PageCursor:
-                return PageCursor(
-                    offset=position, valid_as_of=valid_as_of, system_as_of=system_as_of, ordering_digest=ordering
-                )
-
-            skeleton = {  # the value without records; its cursor as long as the longest one this page can issue
-                "records": [],
-                "rank_receipt": receipt,
-                "next_page_cursor": "A" * codec.encoded_length(pins_at(len(hits), _PLACEHOLDER_DIGEST)),
-                "response_digest": _PLACEHOLDER_DIGEST,
-            }
-            room = TRANSPORT_CAP - (len(canonical_bytes(skeleton)) - len(b"[]"))
-            del skeleton["next_page_cursor"]  # the page that ends the ordering issues no cursor
-            room_last = TRANSPORT_CAP - (len(canonical_bytes(skeleton)) - len(b"[]"))
+            receipt = self._rank_receipt(reader, binding, args, hits, profile=profile, pins=pins, now=now)
+            room, room_last = _page_room(codec, receipt, attrs.evolve(pins, offset=len(hits)))
             packets, packet_bytes = self._materialise(
                 reader,
                 binding.scope,
@@ -450,14 +390,14 @@ class ReadPath:
             valid_as_of=valid_as_of,
             system_as_of=system_as_of,
             high_water=high_water,
-            authorization=authorization,
+            authorization=receipt["authorization_receipt_digest"],
         )
         receipt["receipt_digest"], receipt_bytes = sealed_receipt(Domain.RANK_RECEIPT, receipt)
         next_offset = offset + len(packets)
         next_cursor = None
         if next_offset < len(hits):
             ordering = ordering if ordering is not None else _ordering_digest(hits)
-            next_cursor = codec.encode(pins_at(next_offset, ordering), binding_digest)
+            next_cursor = codec.encode(attrs.evolve(pins, offset=next_offset, ordering_digest=ordering), binding_digest)
         members = {"records": canonical_array(packet_bytes), "rank_receipt": receipt_bytes}
         if next_cursor is not None:
             members["next_page_cursor"] = canonical_bytes(next_cursor)
@@ -470,6 +410,80 @@ class ReadPath:
             next_page_cursor=next_cursor,
             response_digest=digest_bytes(Domain.SEARCH_RESPONSE, body),
         )
+
+    def _rank_receipt(
+        self,
+        reader: StoreReader,
+        binding: HostBinding,
+        args: SearchArgs,
+        hits: Sequence[RankedHit],
+        *,
+        profile: _Profile,
+        pins: PageCursor,
+        now: datetime,
+    ) -> dict[str, Any]:
+        """The rank receipt of ``hits`` ranked at ``pins``, its revalidation and own digest still placeholders.
+
+        It binds the request, its authorization, the accepted snapshot at the pinned system
+        cursor, and the candidate and ordered ids (one canonical encoding of the id list for both).
+        """
+        valid_as_of, system_as_of = pins.valid_as_of, format_cursor(pins.system_as_of)
+        config = profile.config
+        ids_json = canonical_bytes([hit.record_id for hit in hits])
+        request = receipt_digest(
+            Domain.RECALL_REQUEST,
+            {
+                "query": args.query,
+                "purpose_ref": args.purpose_ref,
+                "profile": profile.name,
+                "valid_as_of": valid_as_of,
+                "system_as_of": system_as_of,
+                "capability_policy": {
+                    "minimum_channels": args.capability_policy.minimum_channels,
+                    "network": args.capability_policy.network,
+                },
+                "budgets": {
+                    "max_candidates": config.get("candidate_cap", CANDIDATE_CAP),
+                    "max_results": args.limit,
+                    "max_packet_bytes": args.max_packet_bytes,
+                },
+            },
+            "request_digest",
+        )
+        candidate_ids = _single_member_digest(Domain.RECALL_CANDIDATES, "candidate_ids", ids_json)
+        snapshot_id = "memory:snapshot-" + system_as_of
+        snapshot = receipt_digest(
+            Domain.ACCEPTED_SNAPSHOT,
+            {
+                "snapshot_id": snapshot_id,
+                "system_as_of": system_as_of,
+                "valid_as_of": valid_as_of,
+                "journal_event_digest": _event_digest_at(reader, pins.system_as_of),
+                "eligibility_digest": digest(
+                    Domain.ACCEPTED_ELIGIBILITY,
+                    {"candidate_ids_digest": candidate_ids, "valid_as_of": valid_as_of, "system_as_of": system_as_of},
+                ),
+            },
+        )
+        return {
+            "request_digest": request,
+            "authorization_receipt_digest": self._authorization(SEARCH, binding, request, now),
+            "profile": profile.name,
+            "profile_version": str(config.get("profile_version", "")),
+            "profile_config_digest": profile.config_digest,
+            "valid_as_of": valid_as_of,
+            "system_as_of": system_as_of,
+            "snapshot_id": snapshot_id,
+            "snapshot_digest": snapshot,
+            "candidate_count": len(hits),
+            "candidate_ids_digest": candidate_ids,
+            "scoring_formula_ref": str(config.get("scoring_formula_ref", "")),
+            "ordered_ids_digest": _single_member_digest(Domain.RECALL_ORDERED, "ordered_ids", ids_json),
+            "revalidation_receipt_digest": _PLACEHOLDER_DIGEST,
+            "projection_receipt_digests": [],
+            "issued_at": format_instant(now),
+            "receipt_digest": _PLACEHOLDER_DIGEST,
+        }
 
     def _materialise(
         self,
@@ -620,6 +634,24 @@ def _json_float(number: object) -> float:
     if not isfinite(value):
         raise EngramError(ErrorCode.RANKING_UNAVAILABLE, detail="ranker answered a score that is not finite")
     return value + 0.0  # -0.0 + 0.0 == +0.0
+
+
+def _page_room(codec: PageCursorCodec, receipt: dict[str, Any], last_pins: PageCursor) -> tuple[int, int]:
+    """What the transport cap leaves for a page's ``records`` array: with a cursor, and without one.
+
+    The value without records, its cursor as long as the longest one this page can issue
+    (``last_pins``: the offset past the last hit), and without a cursor for the page that ends
+    the ordering.
+    """
+    skeleton = {
+        "records": [],
+        "rank_receipt": receipt,
+        "next_page_cursor": "A" * codec.encoded_length(last_pins),
+        "response_digest": _PLACEHOLDER_DIGEST,
+    }
+    room = TRANSPORT_CAP - (len(canonical_bytes(skeleton)) - len(b"[]"))
+    del skeleton["next_page_cursor"]
+    return room, TRANSPORT_CAP - (len(canonical_bytes(skeleton)) - len(b"[]"))
 
 
 def _packet_bytes(packet: RecordPacket, record_bytes: bytes) -> bytes:
