@@ -52,7 +52,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Final
+from typing import Final, TypeAlias
 
 from engram_memory.adapters._nonblocking import write_now
 from engram_memory.cli.commands import STDIO_TOOLS as STDIO_TOOLS
@@ -120,8 +120,12 @@ def _key_file_argument(command: argparse.ArgumentParser, *, default: str = "DB.k
     )
 
 
+_Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"  # noqa: SLF001 - argparse names no public type
+"""The subcommands of the parser."""
+
+
 def _database_command(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    commands: _Commands,
     name: str,
     *,
     summary: str,
@@ -143,8 +147,20 @@ _KEY_FILE: Final = (
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per task, each with its own options and description."""
     parser = argparse.ArgumentParser(prog="engram-memory", description="Governed long-term memory for AI agents.")
     commands = parser.add_subparsers(dest="command", required=True)
+    _add_demo(commands)
+    _add_verify_and_stats(commands)
+    _add_pending(commands)
+    _add_adjudicate(commands)
+    _add_reap_keys(commands)
+    _add_serve_mcp(commands)
+    return parser
+
+
+def _add_demo(commands: _Commands) -> None:
+    """``demo``: the narrated scenario."""
     demo = commands.add_parser(
         "demo",
         help="run a narrated end-to-end scenario on an embedded SQLite file",
@@ -156,6 +172,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--db", help="a new database file to run on and keep (default: a temporary file, deleted)")
     demo.set_defaults(run=_cmd_demo)
+
+
+def _add_verify_and_stats(commands: _Commands) -> None:
+    """``verify`` and ``stats``: read-only checks of every scope."""
     _database_command(
         commands,
         "verify",
@@ -184,6 +204,10 @@ def _parser() -> argparse.ArgumentParser:
         ),
         run=_cmd_stats,
     )
+
+
+def _add_pending(commands: _Commands) -> None:
+    """``pending``: one scope's pending candidates, opened for the host's review."""
     pending = commands.add_parser(
         "pending",
         help="list one scope's pending candidates, opened for review (JSON lines)",
@@ -201,6 +225,10 @@ def _parser() -> argparse.ArgumentParser:
     _scope_arguments(pending, db="the SQLite database file")
     _key_file_argument(pending)
     pending.set_defaults(run=_cmd_pending)
+
+
+def _add_adjudicate(commands: _Commands) -> None:
+    """``adjudicate``: the host's decision on one pending candidate."""
     adjudicate = commands.add_parser(
         "adjudicate",
         help="accept or reject one pending candidate, as the host",
@@ -225,6 +253,10 @@ def _parser() -> argparse.ArgumentParser:
         help="with --decision accept: accept even though the content was forgotten in the scope (re-admits it)",
     )
     adjudicate.set_defaults(run=_cmd_adjudicate)
+
+
+def _add_reap_keys(commands: _Commands) -> None:
+    """``reap-keys``: destroy the keys left doomed."""
     _database_command(
         commands,
         "reap-keys",
@@ -240,6 +272,10 @@ def _parser() -> argparse.ArgumentParser:
         ),
         run=_cmd_reap_keys,
     )
+
+
+def _add_serve_mcp(commands: _Commands) -> None:
+    """``serve-mcp``: the MCP stdio server for one fixed local scope."""
     serve = commands.add_parser(
         "serve-mcp",
         help="serve search, get, capture and request_admission over MCP stdio for one fixed local scope",
@@ -270,7 +306,6 @@ def _parser() -> argparse.ArgumentParser:
         "STALE_PAGE (default: cursors do not expire)",
     )
     serve.set_defaults(run=_cmd_serve_mcp)
-    return parser
 
 
 _INTERRUPTED: Final = 130
