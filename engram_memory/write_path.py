@@ -195,20 +195,15 @@ class WritePath:
                 authorization_receipt_digest=authorization,
                 trust=trust,
             )
-            envelope = {
-                "schema_version": 2,
-                "payload": completed,
-                "evidence": raw["evidence"],
-                "captured_by": {
-                    "principal": binding.principal,
-                    "agent_id": binding.agent_id,
-                    "session": binding.session,
-                },
-                "authorization_receipt_digest": authorization,
-                "trust": trust,
-                "recorded_at": recorded_at,
-                "recorded_cursor": cursor,
-            }
+            envelope = _candidate_envelope(
+                completed=completed,
+                evidence=raw["evidence"],
+                binding=binding,
+                authorization=authorization,
+                trust=trust,
+                recorded_at=recorded_at,
+                recorded_cursor=cursor,
+            )
             sealed = attempt.seal(candidate_context(binding.scope, candidate_id), canonical_bytes(envelope))
             event, body = build_event(
                 unit,
@@ -817,3 +812,30 @@ def _pending_adjudication(candidate_id: str, created_cursor: int, decision_diges
         ),
         replayed=False,
     )
+
+
+def _candidate_envelope(
+    *,
+    completed: dict[str, Any],
+    evidence: dict[str, Any],
+    binding: HostBinding,
+    authorization: str,
+    trust: dict[str, Any],
+    recorded_at: str,
+    recorded_cursor: str,
+) -> dict[str, Any]:
+    """What a pending candidate seals (envelope schema 2): everything its record will be built from.
+
+    The completed payload, the evidence as captured, who captured it (``captured_by``, read back by
+    :func:`capturer_of`), and the capture's authorization, trust, time and cursor.
+    """
+    return {
+        "schema_version": 2,
+        "payload": completed,
+        "evidence": evidence,
+        "captured_by": {"principal": binding.principal, "agent_id": binding.agent_id, "session": binding.session},
+        "authorization_receipt_digest": authorization,
+        "trust": trust,
+        "recorded_at": recorded_at,
+        "recorded_cursor": recorded_cursor,
+    }
