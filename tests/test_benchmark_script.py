@@ -3,7 +3,8 @@
 A tiny run (quick counts, 200 and 400 records, in-memory and SQLite NORMAL) in a subprocess, as
 a user runs it: the figures exist for every backend, size and operation, each write was measured
 in both passes with the same counts, the paired pass took turns as documented, and the report
-shows both ratios, by p50 and by mean, and judges flatness on all four.
+shows the ratios by p50, by mean and by p99, judges flatness on the four p50 and mean ratios,
+and says how many samples each figure has.
 """
 
 from __future__ import annotations
@@ -61,8 +62,16 @@ def test_a_tiny_run_reports_both_passes(tmp_path: Path) -> None:
     growth = report[report.index("## Cost growth") : report.index("## Memory")]
     capture_row = next(line for line in growth.splitlines() if line.startswith("| in-memory | capture |"))
     p50_ratios, mean_ratios = ratios["memory", "capture", "p50"], ratios["memory", "capture", "mean"]
-    cells = " | ".join(" · ".join(f"{ratio:.2f}×" for ratio in pair) for pair in (p50_ratios, mean_ratios))
+    tail_ratios = tuple(
+        source["400"]["p99"] / source["200"]["p99"]
+        for source in (
+            {size: results["measure"]["memory"][size]["writes"]["capture"] for size in ("200", "400")},
+            {size: results["paired"]["memory"][size]["capture"] for size in ("200", "400")},
+        )
+    )
+    cells = " | ".join(" · ".join(f"{ratio:.2f}×" for ratio in pair) for pair in (p50_ratios, mean_ratios, tail_ratios))
     assert f"| {cells} |" in capture_row
+    assert "Samples per cell (n, at most): capture 100, request_admission (accept) 50," in report
     worst = max(max(pair) for pair in ratios.values())
     verdict = next(
         line for line in report.splitlines() if line.startswith("| writes at 400 ≤ 1.25× their cost at 200 |")
