@@ -336,3 +336,76 @@ def test_one_key_behind_every_ref_fails_the_fresh_key_check() -> None:
     one_key: KeyMaterial = lambda _vault, _ref: b"k" * 32  # noqa: E731 - the revealed bytes of such a vault
     with pytest.raises(AssertionError, match="same key bytes"):
         KeyVaultConformance().test_every_seal_uses_a_fresh_key_and_nonce(InMemoryKeyVault(), one_key)
+
+
+class _KeyCarryingVault(InMemoryKeyVault):
+    """Appends the data key to the ciphertext it stores (and strips it again before opening)."""
+
+    def seal(self, context: str, plaintext: bytes) -> SealedEnvelope:
+        envelope = super().seal(context, plaintext)
+        return attrs.evolve(envelope, ciphertext=envelope.ciphertext + self._keys[envelope.key_ref])
+
+    def open(self, envelope: SealedEnvelope, context: str) -> bytes:
+        return super().open(attrs.evolve(envelope, ciphertext=envelope.ciphertext[:-32]), context)
+
+
+def _memory_key_material(vault: KeyVault, key_ref: str) -> bytes:
+    assert isinstance(vault, InMemoryKeyVault)
+    return vault._keys[key_ref]  # the test's own vault
+
+
+def test_a_vault_whose_envelope_carries_its_key_fails_the_kit() -> None:
+    """``destroy`` cannot erase a key that every copy of the store holds beside its data."""
+    kit = KeyVaultConformance()
+    kit.test_the_envelope_does_not_carry_its_key(InMemoryKeyVault(), _memory_key_material)  # the honest vault passes
+    with pytest.raises(AssertionError, match="the envelope carries its data key"):
+        kit.test_the_envelope_does_not_carry_its_key(_KeyCarryingVault(), _memory_key_material)
+
+
+class _SoftDeletingVault(InMemoryKeyVault):
+    """Refuses destroyed refs but keeps their bytes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: dict[str, bytes] = {}
+
+    def destroy(self, *key_refs: str) -> None:
+        self.kept.update({ref: self._keys[ref] for ref in key_refs if ref in self._keys})
+        super().destroy(*key_refs)
+
+
+def test_a_soft_delete_fails_with_key_material_and_is_a_named_skip_without() -> None:
+    kit = KeyVaultConformance()
+    vault = _SoftDeletingVault()
+
+    def material(_vault: KeyVault, key_ref: str) -> bytes:
+        return vault._keys.get(key_ref) or vault.kept[key_ref]  # the storage, soft-deleted keys included
+
+    with pytest.raises(pytest.fail.Exception, match=r"a destroyed key's 32 bytes are still in the vault's storage"):
+        kit.test_a_destroyed_key_leaves_the_storage(vault, None, material)
+    with pytest.raises(pytest.skip.Exception, match="no key_material: nothing checks"):
+        kit.test_a_destroyed_key_leaves_the_storage(vault, None, None)
+
+
+class _CountingFileVault(_FileVault):
+    """Names keys from a counter that starts again at 1 in every instance (a restart reuses refs)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.issued = 0
+
+    def seal(self, context: str, plaintext: bytes) -> SealedEnvelope:
+        envelope = InMemoryKeyVault.seal(self, context, plaintext)
+        self.issued += 1
+        ref = f"key_{self.issued:08d}"
+        self._keys[ref] = self._keys.pop(envelope.key_ref)
+        self._write()
+        return attrs.evolve(envelope, key_ref=ref)
+
+
+def test_a_vault_that_reuses_key_refs_after_a_restart_fails_the_restart_check(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    with pytest.raises(AssertionError, match="a restarted vault reused a key ref"):
+        KeyVaultConformance().test_sealed_keys_and_destructions_survive_a_restart(
+            _CountingFileVault(path), lambda: _CountingFileVault(path), None
+        )

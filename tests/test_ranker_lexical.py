@@ -13,11 +13,13 @@ from engram_memory.context import scope_key
 from engram_memory.ports import (
     IndexedDocument,
     IndexEntry,
+    RankedHit,
     RankingQuery,
     RecordRow,
     RecordState,
     SealedEnvelope,
     Store,
+    StoreReader,
     occurrence_fields,
     occurrence_key,
     occurrence_keys,
@@ -437,3 +439,32 @@ def test_the_kit_refuses_scores_the_search_refuses_and_passes_negative_zero(pyte
     result.stdout.fnmatch_lines_random(
         ["FAILED *TestTextScores::test_answers_are_lists_of_finite_numbers*", "E *: '1.0' is not a number"]
     )
+
+
+class _CachingRanker(LexicalRanker):
+    """Answers a query it has seen from its cache, whatever the scope or the index says now."""
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple[str, ...], list[RankedHit]] = {}
+
+    def rank(self, reader: StoreReader, query: RankingQuery) -> list[RankedHit]:
+        if query.terms not in self.cache:
+            self.cache[query.terms] = super().rank(reader, query)
+        return list(self.cache[query.terms])
+
+
+@pytest.mark.parametrize(
+    ("test", "message"),
+    [
+        ("test_forgotten_documents_disappear", "a forgotten record is still ranked"),
+        ("test_each_scope_is_ranked_from_its_own_view", "the other scope's answer holds"),
+    ],
+)
+def test_a_ranker_that_caches_answers_fails_the_kit(test: str, message: str) -> None:
+    kit = RankerConformance()
+    store = InMemoryStore()
+    corpus = RankerConformance.corpus.__wrapped__(kit, store)  # type: ignore[attr-defined]
+    getattr(kit, test)(LexicalRanker(), corpus)  # the reference ranker passes
+    corpus = RankerConformance.corpus.__wrapped__(kit, InMemoryStore())  # type: ignore[attr-defined]
+    with pytest.raises(AssertionError, match=message):
+        getattr(kit, test)(_CachingRanker(), corpus)

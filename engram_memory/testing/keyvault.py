@@ -10,16 +10,18 @@ Bind it with one fixture::
 Capability fixtures: ``key_material`` may return a callable that reveals the raw key bytes of a
 ``key_ref`` from the vault's storage (test-only access) and raises :class:`LookupError` when the
 storage holds nothing of that key; the suite then also proves the key never appears in ``repr``
-or exception text, and that a destroyed key is gone from the storage, not only refused by
-``open`` (a "soft delete" would leave forgotten content recoverable from a copy of the vault).
-By default it returns ``None`` and only plaintext leaks are checked.
+or exception text, nor in the envelope a Store keeps, and that a destroyed key is gone from the
+storage, not only refused by ``open`` (a "soft delete" would leave forgotten content recoverable
+from a copy of the vault). By default it returns ``None``: only plaintext leaks are checked, and
+the two tests that need it say so as skips.
 ``complete_destruction`` must return a callable that carries out scheduled destructions (drain a
 queue, advance a fake clock) when the vault's ``destroys_synchronously`` is false: the suite then
 checks that destroyed keys are gone, and fails a scheduling vault that does not provide it.
 ``reopen`` may return a callable that opens another vault over the same storage while the vault
 under test is still open (as after a crash of its process): the suite then checks that a key is
-durable once ``seal`` returns and a destruction once ``destroy`` (and its completion) returns. A
-vault that keeps its keys across restarts must bind it; ``None`` (the default) skips that check.
+durable once ``seal`` returns and a destruction once ``destroy`` (and its completion) returns,
+and that a reopened vault hands out key refs no earlier seal did. A vault that keeps its keys
+across restarts must bind it; ``None`` (the default) skips that check.
 One test runs several threads on one vault; none asserts how long anything takes.
 """
 
@@ -283,6 +285,43 @@ class KeyVaultConformance:
             vault.open(envelope, CONTEXT)
         _assert_gone_from_storage(vault, key_material, envelope.key_ref)
 
+    def test_a_destroyed_key_leaves_the_storage(
+        self,
+        vault: KeyVault,
+        complete_destruction: CompleteDestruction | None,
+        key_material: KeyMaterial | None,
+    ) -> None:
+        """Capability ``key_material``: a destroyed key's bytes are gone from storage, not only refused.
+
+        Skipped, saying so, without it: a vault that marks keys deleted and keeps their bytes (a
+        "soft delete") passes every other test and leaves forgotten content readable from a copy.
+        """
+        if key_material is None:
+            pytest.skip("no key_material: nothing checks that destroyed keys leave the storage (a soft delete passes)")
+        envelopes = [vault.seal(CONTEXT, PLAINTEXT) for _ in range(3)]
+        for envelope in envelopes:
+            assert key_material(vault, envelope.key_ref), "key_material reveals nothing of a live key"
+        vault.destroy(envelopes[0].key_ref, envelopes[1].key_ref)
+        finish_destruction(vault, complete_destruction)
+        for envelope in envelopes[:2]:
+            _assert_gone_from_storage(vault, key_material, envelope.key_ref)
+        assert key_material(vault, envelopes[2].key_ref), "destroying two keys took a third one's bytes"
+
+    def test_the_envelope_does_not_carry_its_key(self, vault: KeyVault, key_material: KeyMaterial | None) -> None:
+        """Capability ``key_material``: no spelling of the data key is in the envelope a Store keeps.
+
+        The envelope is stored beside the data; a key carried in it (appended to the ciphertext,
+        folded into the ref or the nonce) survives ``destroy`` in every copy of the store.
+        """
+        if key_material is None:
+            pytest.skip("no key_material: nothing checks that an envelope does not carry its key")
+        for plaintext in (PLAINTEXT, b"", bytes(range(256)) * 4):
+            envelope = vault.seal(CONTEXT, plaintext)
+            stored = envelope.key_ref.encode() + b"\n" + envelope.nonce + b"\n" + envelope.ciphertext
+            key = key_material(vault, envelope.key_ref)
+            for spelling in _spellings(key):
+                assert spelling not in stored, "the envelope carries its data key: destroy cannot erase it"
+
     def test_destroying_one_key_keeps_the_others(self, vault: KeyVault) -> None:
         """Destroying a key leaves envelopes sealed under other keys readable."""
         doomed = vault.seal(CONTEXT, PLAINTEXT)
@@ -392,6 +431,10 @@ class KeyVaultConformance:
             with pytest.raises(KeyUnavailableError):
                 after_destroy.open(doomed, CONTEXT)  # a destroyed key does not come back
             assert after_destroy.open(kept, OTHER_CONTEXT) == b"kept", "a key sealed before a crash opens after it"
+            fresh = after_destroy.seal(CONTEXT, b"fresh")  # refs must stay unique across restarts
+            assert fresh.key_ref not in {doomed.key_ref, kept.key_ref}, "a restarted vault reused a key ref"
+            assert after_destroy.open(kept, OTHER_CONTEXT) == b"kept", "a seal after a restart broke an older key"
+            assert after_destroy.open(fresh, CONTEXT) == b"fresh"
         finally:
             _close(after_destroy)
         late = vault.seal(CONTEXT, PLAINTEXT)

@@ -240,9 +240,22 @@ class RankerConformance:
             assert "mem_zdecoy" not in ids
 
     def test_forgotten_documents_disappear(self, ranker: Ranker, corpus: Store) -> None:
+        """Ranked before and after the unindex: a ranker must read the view it is given, never a cache."""
+        assert "mem_aopen" in {hit.record_id for hit in self.rank(ranker, corpus, TERM)}, "an open record is missing"
         with corpus.write(CONFORMANCE_SCOPE) as unit:
             unit.unindex("mem_aopen")
-        assert "mem_aopen" not in {hit.record_id for hit in self.rank(ranker, corpus, TERM)}
+        assert "mem_aopen" not in {hit.record_id for hit in self.rank(ranker, corpus, TERM)}, (
+            "a forgotten record is still ranked (an answer cached across index changes?)"
+        )
+
+    def test_each_scope_is_ranked_from_its_own_view(self, ranker: Ranker, corpus: Store) -> None:
+        """The same query in two scopes, one after the other: each answer holds only its own scope's records."""
+        ours = {hit.record_id for hit in self.rank(ranker, corpus, TERM)}
+        with corpus.read(OTHER_SCOPE) as reader:
+            theirs = {hit.record_id for hit in ranker.rank(reader, _query(ranker, TERM))}
+        assert ours, "the conformance scope has no hit"
+        assert "mem_zdecoy" not in ours
+        assert theirs == {"mem_zdecoy"}, f"the other scope's answer holds {sorted(theirs)} (an answer cached by query?)"
 
     def test_documented_order_and_record_id_tie_break(self, ranker: Ranker, corpus: Store) -> None:
         hits = self.rank(ranker, corpus, TERM)

@@ -1199,12 +1199,15 @@ class StoreConformance:
         """A binding is found only by its exact (principal, key): case, padding and concatenation are other pairs.
 
         Keys ``k``, ``k.upper()``, ``k.lower()`` and ``k + " "`` bind independently (idempotency keys are
-        free strings: a case-insensitive or PAD SPACE collation merges them), as do (``p``, ``"x:" + k``)
+        free strings: a case-insensitive or PAD SPACE collation merges them), so do principals in
+        another case, padded or in their NFKC form (one principal would replay another's
+        response), and (``p``, ``"x:" + k``)
         and (``p + ":x"``, ``k``), which a store keying bindings by ``principal + ":" + key`` merges.
         """
-        key, principal = "Key-Exact-0001", "principal-1"
+        key, principal = "Key-Exact-0001", "principal-\ufb01"  # U+FB01: NFC, but NFKC reads "fi"
         pairs = [
             *((principal, spelling) for spelling in (key, key.upper(), key.lower(), key + " ")),
+            *((spelling, key) for spelling in (principal.upper(), principal + " ", "principal-fi")),
             (principal, "x:" + key),
             (principal + ":x", key),
         ]
@@ -1295,6 +1298,31 @@ class StoreConformance:
         assert pending is not None
         assert pending.sealed == _sealed("candidate-b")
 
+    def test_large_values_round_trip_whole(self, store: Store) -> None:
+        """Values of a mebibyte and more (a capture may carry 1 MiB of arguments) come back byte for byte.
+
+        A store that cuts long values acknowledges a capture whose body it cannot give back.
+        """
+        big = bytes(range(256)) * 4_500  # 1,152,000 bytes
+        sealed = SealedEnvelope(key_ref="key_large", nonce=b"\x02" * 12, ciphertext=big)
+        candidate = attrs.evolve(_candidate("candidate-large"), sealed=sealed)
+        admitted = attrs.evolve(_candidate("candidate-large-2", state="admitted"), outcome=big[::-1])
+        record = attrs.evolve(_record("mem_large"), sealed=sealed)
+        response = IdempotencyRow(intent_digest=_digest("large"), response=b'{"v":"' + big.hex().encode() + b'"}')
+        with store.write(SCOPE_A) as unit:
+            unit.put_candidate(candidate)
+            unit.put_candidate(admitted)
+            unit.put_record(record)
+            unit.put_idempotency("principal-1", "key-large", response)
+        with store.read(SCOPE_A) as reader:
+            found = (
+                reader.candidate("candidate-large"),
+                reader.candidate("candidate-large-2"),
+                reader.record("mem_large"),
+                reader.idempotency("principal-1", "key-large"),
+            )
+        assert found == (candidate, admitted, record, response), "a large value came back cut or changed"
+
     def test_tombstoned_payloads_are_remembered(self, store: Store) -> None:
         """``add_tombstone`` makes ``is_tombstoned_payload`` true for that digest only."""
         with store.write(SCOPE_A) as unit:
@@ -1308,14 +1336,15 @@ class StoreConformance:
         """Doomed keys are listed sorted and disappear once cleared (clearing twice is harmless)."""
         with store.write(SCOPE_A) as unit:
             unit.doom_key("key_b")
+            unit.doom_key("key_ab")
             unit.doom_key("key_a")
         with store.read(SCOPE_A) as reader:
-            assert reader.doomed_keys() == ["key_a", "key_b"], "doomed_keys(): each key once, sorted"
+            assert reader.doomed_keys() == ["key_a", "key_ab", "key_b"], "doomed_keys(): each key once, sorted"
         for _ in range(2):
             with store.write(SCOPE_A) as unit:
                 unit.clear_doomed_key("key_a")
         with store.read(SCOPE_A) as reader:
-            assert reader.doomed_keys() == ["key_b"], "clear_doomed_key clears that key only"
+            assert reader.doomed_keys() == ["key_ab", "key_b"], "clear_doomed_key clears that key only (not by prefix)"
 
     def test_a_long_list_of_doomed_keys_comes_back_whole(self, store: Store) -> None:
         """``long_list`` doomed keys (2,500: a vault outage's backlog) are all listed, sorted, and cleared exactly.
