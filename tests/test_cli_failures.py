@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import errno
 import io
+import os
 import runpy
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -211,4 +213,103 @@ def test_the_module_entry_point_exits_with_the_commands_status(
     with pytest.raises(SystemExit) as exited:
         runpy.run_module(module, run_name="__main__")
     assert exited.value.code == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- hostile paths and closed streams
+
+
+def _demo_db(tmp_path: Path) -> Path:
+    done = _cli("demo", "--db", "good.db", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return tmp_path / "good.db"
+
+
+def test_a_fifo_as_the_database_or_vault_is_refused_at_once(tmp_path: Path) -> None:
+    """Opening a FIFO blocks until a writer comes (and SQLite retries through Ctrl-C): refuse it instead."""
+    good = _demo_db(tmp_path)
+    os.mkfifo(tmp_path / "fifo.db")
+    shutil.copy(f"{good}.vault", tmp_path / "fifo.db.vault")
+    shutil.copy(f"{good}.key", tmp_path / "fifo.db.key")
+    shutil.copy(good, tmp_path / "vfifo.db")
+    os.mkfifo(tmp_path / "vfifo.db.vault")
+    shutil.copy(f"{good}.key", tmp_path / "vfifo.db.key")
+    for db in ("fifo.db", "vfifo.db"):
+        for command in ("verify", "stats"):
+            done = _cli(command, "--db", db, cwd=tmp_path)
+            refused = db if db == "fifo.db" else f"{db}.vault"
+            assert (done.returncode, done.stdout) == (1, ""), (command, db)
+            assert done.stderr == f"cannot open {refused}: not a regular file\n", (command, db)
+
+
+@pytest.mark.parametrize("command", ["verify", "stats", "pending", "reap-keys"])
+def test_an_empty_database_path_is_a_usage_error(tmp_path: Path, command: str) -> None:
+    argv = [command, "--db", ""] + (["--tenant", "t", "--workspace", "w"] if command == "pending" else [])
+    done = _cli(*argv, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.endswith("error: argument --db: an empty path names no file\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stats_with_standard_output_closed_fails_with_one_line(tmp_path: Path) -> None:
+    good = _demo_db(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "engram_memory", "stats", "--db", str(good)],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        check=False,
+        preexec_fn=lambda: os.close(1),  # the child starts with descriptor 1 closed
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.usefixtures("mcp_extra")
+@pytest.mark.parametrize("closed", [0, 1], ids=["stdin", "stdout"])
+def test_serve_mcp_with_a_protocol_stream_closed_says_so_in_one_line(tmp_path: Path, closed: int) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "engram_memory", "serve-mcp", "--db", "served.db", *SERVE],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL if closed else None,
+        stdout=subprocess.DEVNULL if not closed else None,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        check=False,
+        preexec_fn=lambda: os.close(closed),  # the child starts with that descriptor closed
+    )
+    assert (done.returncode, done.stderr) == (
+        1,
+        "serve-mcp needs an open standard input and output: they carry the protocol\n",
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.usefixtures("mcp_extra")
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_serve_mcp_on_a_full_output_fails_with_one_line(tmp_path: Path) -> None:
+    with Path("/dev/full").open("w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "engram_memory", "serve-mcp", "--db", "served.db", *SERVE],
+            cwd=tmp_path,
+            input='{"jsonrpc":"2.0","id":1,"method":"ping"}\n',
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert (done.returncode, done.stderr) == (1, "serve-mcp: cannot write its answers: No space left on device\n")
+
+
+@pytest.mark.usefixtures("mcp_extra")
+def test_serve_mcp_refuses_a_bad_binding_before_creating_any_file(tmp_path: Path) -> None:
+    argv = ["serve-mcp", "--db", str(tmp_path / "brandnew.db"), *SERVE, "--agent", ""]
+    assert _exit_of(argv).code == (
+        "serve-mcp needs a non-empty --tenant, --workspace, --principal, --agent and --purpose, "
+        "each valid UTF-8 text in Unicode NFC"
+    )
     assert list(tmp_path.iterdir()) == []

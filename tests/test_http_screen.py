@@ -264,6 +264,11 @@ def test_a_body_over_the_limit_is_answered_413_as_declared_or_as_it_arrives() ->
     streamed.run(_post((b"content-length", b"unreadable")), max_body_bytes=100)
     assert (streamed.answer(), streamed.received, streamed.calls) == ((413, b"Request body too large"), 3, [])
 
+    for digits in (b"9" * 20, b"9" * 5000):  # over 19 digits is over any limit (Python converts at most 4,300)
+        huge = _Recorder(*_chunks(b"x" * 100, 100))
+        huge.run(_post((b"content-length", digits)), max_body_bytes=100)
+        assert (huge.answer(), huge.received, huge.calls) == ((413, b"Request body too large"), 0, [])
+
     at_limit = _Recorder(*_chunks(b"{" + b" " * 98 + b"}", 40))
     at_limit.run(_post((b"content-length", b"100")), max_body_bytes=100)
     assert (at_limit.sent, len(at_limit.calls)) == ([], 1)

@@ -335,6 +335,26 @@ def test_sigint_stops_a_server_whose_input_stays_open(tmp_path: Path) -> None:
     assert verified.returncode == 0, verified.stderr
 
 
+def test_sigterm_stops_a_server_as_a_service_manager_does_and_closes_it(tmp_path: Path) -> None:
+    """SIGTERM (systemd, docker, an SDK client's stop) closes the service: status 143, ``terminated``, files sound."""
+    db = tmp_path / "memory.db"
+    server = _RawServer(db)
+    try:
+        server.initialize()
+        assert "result" in server.request("ping", {})
+        time.sleep(0.5)
+        os.kill(server.process.pid, signal.SIGTERM)
+        assert server.process.wait(timeout=TIMEOUT) == 143  # stdin is still open
+        assert server.process.stderr is not None
+        assert server.process.stderr.read() == b"terminated\n"
+    finally:
+        server.stop()
+    verified = subprocess.run(  # our own console command
+        [sys.executable, "-m", "engram_memory", "verify", "--db", str(db)], capture_output=True, check=False
+    )
+    assert verified.returncode == 0, verified.stderr
+
+
 def _jam(server: _RawServer) -> int:
     """Send ``tools/list`` requests, reading no answer, until the server stops reading: how many were sent."""
     assert server.process.stdin is not None

@@ -102,15 +102,25 @@ def screen_json_bodies(app: ASGIApp, *, max_body_bytes: int = DEFAULT_MAX_REQUES
     return screened_app
 
 
+_LENGTH_DIGITS = 19
+"""The most digits a ``Content-Length`` is read with (2**63 has 19)."""
+
+
 class _TooLarge:
     """A body over the limit, as declared by its ``Content-Length`` or as it arrived."""
 
 
 def _declared_length(scope: Scope) -> int:
-    """The ``Content-Length`` the request declares, or 0 when it declares none (or an unreadable one)."""
+    """The ``Content-Length`` the request declares, or 0 when it declares none (or an unreadable one).
+
+    A length of more than 19 digits is over any limit: it reads as ``2**63`` (Python would refuse
+    to convert more than 4,300 digits).
+    """
     for name, value in scope.get("headers", ()):
         if name.lower() == b"content-length":
-            return int(value) if value.isdigit() else 0
+            if not value.isdigit():
+                return 0
+            return int(value) if len(value) <= _LENGTH_DIGITS else 2**63
     return 0
 
 

@@ -95,7 +95,7 @@ def claimed_stdout() -> Iterator[StdoutWrites]:
     are closed (no thread can be writing to them then: a worker thread's write is waited for).
     POSIX only (``fcntl``).
     """
-    with contextlib.suppress(OSError, ValueError):  # a closed or broken sys.stdout has nothing to flush
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # a closed or broken sys.stdout (or None)
         sys.stdout.flush()
     wire = fcntl.fcntl(_STDOUT, fcntl.F_DUPFD_CLOEXEC, _STDERR + 1)  # never 0-2, even if one is closed
     try:

@@ -310,6 +310,8 @@ async def serve_stdio(service: MemoryService, binding: HostBinding, *, name: str
 
 
 async def _serve_stdio(service: MemoryService, binding: HostBinding, name: str) -> None:
+    if sys.stdin is None or sys.stdout is None:  # a descriptor closed when the process started
+        raise RuntimeError("serve_stdio needs an open standard input and output")
     server = build_server(service, lambda _ctx: binding, name=name)
     lines = StdinLines(sys.stdin.fileno())
     stdin = cast("anyio.AsyncFile[str]", lines)  # iterated for lines only

@@ -96,7 +96,7 @@ def _lifetime_argument(value: str) -> timedelta:
 
 def _scope_arguments(command: argparse.ArgumentParser, *, db: str) -> None:
     """``--db`` (described by ``db``), ``--tenant`` and ``--workspace``: the file and the scope a command works on."""
-    command.add_argument("--db", required=True, help=db)
+    command.add_argument("--db", required=True, type=_file_argument, help=db)
     command.add_argument("--tenant", required=True, type=_id_argument, help="tenant id of the scope")
     command.add_argument("--workspace", required=True, type=_id_argument, help="workspace id of the scope")
     command.set_defaults(usage_error=command.error)
@@ -134,7 +134,7 @@ def _database_command(
 ) -> None:
     """A command on an existing database: ``--db`` and ``--key-file``, its description ending on how the vault opens."""
     command = commands.add_parser(name, help=summary, description=description + _KEY_FILE)
-    command.add_argument("--db", required=True, help="the SQLite database file")
+    command.add_argument("--db", required=True, type=_file_argument, help="the SQLite database file")
     _key_file_argument(command)
     command.set_defaults(run=run)
 
@@ -170,7 +170,9 @@ def _add_demo(commands: _Commands) -> None:
             "forget behind the confirmation gate, the forgotten-content guard, and journal verification."
         ),
     )
-    demo.add_argument("--db", help="a new database file to run on and keep (default: a temporary file, deleted)")
+    demo.add_argument(
+        "--db", type=_file_argument, help="a new database file to run on and keep (default: a temporary file, deleted)"
+    )
     demo.set_defaults(run=_cmd_demo)
 
 

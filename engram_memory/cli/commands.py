@@ -16,7 +16,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Final, NoReturn
 
 import attrs
 
@@ -32,6 +32,7 @@ from engram_memory.cli.files import (
     _sqlite_url,
 )
 from engram_memory.cli.messages import _cause_hint, _reason, _say, _shown
+from engram_memory.connect import connect
 from engram_memory.context import ALL_TOOLS, FORGET, WITHDRAW, HostBinding
 from engram_memory.errors import EngramError, ErrorCode, PortError, ProtocolError
 from engram_memory.keyvaults.sqlite import SQLiteKeyVault
@@ -307,11 +308,9 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
         from engram_memory.adapters.mcp import serve_stdio  # noqa: PLC0415 - optional extra
     except ImportError:
         raise SystemExit(f"serve-mcp needs {MCP_EXTRA}") from None
+    if sys.stdin is None or sys.stdout is None:
+        raise SystemExit("serve-mcp needs an open standard input and output: they carry the protocol")
     policy = DefaultPolicy(admission=options.admission)
-    _sqlite_url(options.db)
-    if not _exists(Path(options.db).parent):
-        raise SystemExit(f"cannot open {options.db}: its directory does not exist")
-    service = _connected(options, policy=policy, page_cursor_lifetime=options.page_cursor_lifetime)
     binding = HostBinding(
         tenant_id=options.tenant,
         workspace_id=options.workspace,
@@ -321,45 +320,83 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
         purpose_ref=options.purpose,
         tools=STDIO_TOOLS,  # withdraw and forget need a confirmation a fixed binding cannot carry
     )
-    try:
-        service.list_tools(binding)  # the binding's own check: every request would fail it
+    try:  # the binding's own check, before any file is created: every request would fail it
+        with connect("memory:") as probe:
+            probe.list_tools(binding)
     except ProtocolError:
-        service.close()
         raise SystemExit(
             "serve-mcp needs a non-empty --tenant, --workspace, --principal, --agent and --purpose, "
             "each valid UTF-8 text in Unicode NFC"
         ) from None
+    _sqlite_url(options.db)
+    if not _exists(Path(options.db).parent):
+        raise SystemExit(f"cannot open {options.db}: its directory does not exist")
+    service = _connected(options, policy=policy, page_cursor_lifetime=options.page_cursor_lifetime)
     try:
-        interrupted = anyio.run(_serve_until_interrupted, serve_stdio, service, binding)
-    except BaseExceptionGroup as group:  # a second Ctrl-C raised inside the server's task group
+        stopped_by = _run_server(anyio.run, serve_stdio, service, binding)
+    finally:
+        service.close()  # a SIGTERM too: the accepts' doomed keys are destroyed, the files closed
+    if stopped_by == signal.SIGINT:
+        raise KeyboardInterrupt  # main() reports it: "interrupted", exit status 130
+    if stopped_by == signal.SIGTERM:
+        print("terminated", file=sys.stderr)
+        return _TERMINATED
+    return 0
+
+
+def _run_server(
+    run: Callable[..., signal.Signals | None],
+    serve: Callable[[MemoryService, HostBinding], Awaitable[None]],
+    service: MemoryService,
+    binding: HostBinding,
+) -> signal.Signals | None:
+    """Serve on the event loop ``run`` starts; what stopped it (``None``: the end of standard input).
+
+    A second Ctrl-C raised inside the server's task group counts as SIGINT; a write the output
+    refused (other than a closed pipe, which the adapter takes as the client leaving) is one line.
+    """
+    try:
+        return run(_serve_until_interrupted, serve, service, binding)
+    except BaseExceptionGroup as group:
         interrupts, rest = group.split(KeyboardInterrupt)
+        if interrupts is None and rest is not None:
+            unwritable, others = rest.split(OSError)
+            if unwritable is not None and others is None:
+                raise SystemExit(f"serve-mcp: cannot write its answers: {_first_strerror(unwritable)}") from None
         if interrupts is None or rest is not None:
             raise
-        interrupted = True
-    finally:
-        service.close()
-    if interrupted:
-        raise KeyboardInterrupt  # main() reports it: "interrupted", exit status 130
-    return 0
+        return signal.SIGINT
+
+
+_TERMINATED: Final = 143
+"""The exit status of ``serve-mcp`` stopped by SIGTERM (as a service manager stops it): 128 + 15."""
 
 
 async def _serve_until_interrupted(
     serve: Callable[[MemoryService, HostBinding], Awaitable[None]], service: MemoryService, binding: HostBinding
-) -> bool:
-    """Run ``serve`` until standard input ends (``False``) or a SIGINT stops it (``True``)."""
+) -> signal.Signals | None:
+    """Run ``serve`` until standard input ends (``None``) or SIGINT or SIGTERM stops it (that signal)."""
     import anyio  # noqa: PLC0415 - optional extra
 
-    interrupted = False
+    stopped_by: signal.Signals | None = None
     async with anyio.create_task_group() as group:
 
         async def watch() -> None:
-            nonlocal interrupted
-            with anyio.open_signal_receiver(signal.SIGINT) as signals:
-                async for _ in signals:
-                    interrupted = True
+            nonlocal stopped_by
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for received in signals:
+                    stopped_by = stopped_by or signal.Signals(received)
                     group.cancel_scope.cancel()
 
         group.start_soon(watch)
         await serve(service, binding)
         group.cancel_scope.cancel()  # standard input ended: stop watching
-    return interrupted
+    return stopped_by
+
+
+def _first_strerror(group: BaseExceptionGroup[OSError]) -> str:
+    """The reason the first ``OSError`` of ``group`` gives (its ``strerror``, else its message)."""
+    first: BaseException = group
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return getattr(first, "strerror", None) or str(first)

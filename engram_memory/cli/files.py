@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sqlite3
+import stat
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -59,6 +60,8 @@ def _require_current_schema(path: str, what: str, application_id: int, current: 
     the files read-write next) is not refused for a ``-wal`` without its ``-shm``: it reads the
     marks through a read-write connection, as its own open will.
     """
+    if _exists(Path(path)) and not stat.S_ISREG(Path(path).stat().st_mode):  # a FIFO would block the open
+        raise SystemExit(f"cannot open {path}: not a regular file")
     try:
         found_id, version = _marks_of(path, writer=writer)
     except sqlite3.OperationalError as exc:  # cannot open: permissions, a -shm it cannot read, a lock

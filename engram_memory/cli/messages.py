@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import sys
 from collections.abc import Iterator
 from typing import Final
 
@@ -39,6 +40,8 @@ class _OutputError(Exception):
 
 def _say(line: str) -> None:
     """Print ``line`` now, so that a write that fails does so here, not at exit."""
+    if sys.stdout is None:  # standard output was closed before the command started
+        raise _OutputError
     try:
         print(line, flush=True)
     except OSError as exc:
