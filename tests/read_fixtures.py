@@ -18,7 +18,7 @@ import attrs
 
 from engram_memory import ALL_TOOLS, DefaultPolicy, ErrorCode, HostBinding, ManualClock, MemoryAdmin, MemoryService
 from engram_memory.canonical import Domain, digest, epoch_ms, receipt_digest, record_id_from_digest
-from engram_memory.context import Confirmation
+from engram_memory.context import ADMISSION, CAPTURE, FORGET, GET, SEARCH, WITHDRAW, Confirmation
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.ports import Policy, Ranker
 from engram_memory.stores.memory import InMemoryStore
@@ -28,13 +28,6 @@ T0_MS: Final = epoch_ms(START)
 DAY_MS: Final = 86_400_000
 PURPOSE: Final = "purpose:read-path-tests"
 SECRET: Final = b"\x07" * 32
-
-SEARCH: Final = "engram_memory_search"
-GET: Final = "engram_memory_get"
-CAPTURE: Final = "engram_memory_capture"
-ADMISSION: Final = "engram_memory_request_admission"
-WITHDRAW: Final = "engram_memory_withdraw"
-FORGET: Final = "engram_memory_forget"
 
 Kind = Literal["decision", "evidence", "context"]
 

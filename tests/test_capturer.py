@@ -16,12 +16,12 @@ import attrs
 import pytest
 
 from engram_memory import DefaultPolicy, ErrorCode, MemoryAdmin
-from engram_memory.context import HostBinding
+from engram_memory.context import ADMISSION, GET, HostBinding
 from engram_memory.ports import AdmissionDecision, AdmissionRequest, Capturer
 from engram_memory.records import candidate_context
 from engram_memory.testing import PolicyOverride
 from engram_memory.write_path import capturer_of
-from tests.read_fixtures import ADMISSION, GET, DocSpec, ReadHarness, fail, idempotency_key, make_binding, ok
+from tests.read_fixtures import DocSpec, ReadHarness, fail, idempotency_key, make_binding, ok
 
 ALICE: Final = make_binding(principal="alice")
 BOB: Final = attrs.evolve(make_binding(principal="bob"), agent_id="agent-bob", session="session-bob")

@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 
 from engram_memory import DefaultPolicy, ManualClock, MemoryService, connect
+from engram_memory.context import SEARCH
 from engram_memory.errors import EngramError, ErrorCode
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.page_cursor import lifetime_ms
 from engram_memory.stores.memory import InMemoryStore
 from engram_memory.wire.args import SearchArgs
-from tests.read_fixtures import SEARCH, SECRET, START, DocSpec, ReadHarness, fail, make_binding, ok
+from tests.read_fixtures import SECRET, START, DocSpec, ReadHarness, fail, make_binding, ok
 
 MINUTE = timedelta(minutes=1)
 

@@ -18,6 +18,7 @@ import pytest
 
 from engram_memory import Confirmation, DefaultPolicy, ManualClock, MemoryService
 from engram_memory.clock_guard import GuardedClock
+from engram_memory.context import ADMISSION, CAPTURE, SEARCH
 from engram_memory.errors import EngramError, ErrorCode
 from engram_memory.keyvaults.memory import InMemoryKeyVault
 from engram_memory.ports import AdmissionDecision, AdmissionRequest
@@ -25,9 +26,6 @@ from engram_memory.stores.memory import InMemoryStore
 from engram_memory.testing import PolicyOverride
 from engram_memory.wire.args import SearchArgs
 from tests.read_fixtures import (
-    ADMISSION,
-    CAPTURE,
-    SEARCH,
     SECRET,
     START,
     DocSpec,

@@ -18,19 +18,10 @@ import pytest
 
 from engram_memory import Confirmation, DefaultPolicy, ManualClock, MemoryAdmin, MemoryService, connect
 from engram_memory.canonical import format_instant
+from engram_memory.context import ADMISSION, CAPTURE, GET
 from engram_memory.journal import journal_instant
 from engram_memory.ports import JournalEvent
-from tests.read_fixtures import (
-    ADMISSION,
-    CAPTURE,
-    GET,
-    START,
-    DocSpec,
-    capture_args,
-    idempotency_key,
-    make_binding,
-    ok,
-)
+from tests.read_fixtures import START, DocSpec, capture_args, idempotency_key, make_binding, ok
 
 WITHDRAW = "engram_memory_withdraw"
 FORGET = "engram_memory_forget"

@@ -362,21 +362,9 @@ def test_a_vault_whose_envelope_carries_its_key_fails_the_kit() -> None:
         kit.test_the_envelope_does_not_carry_its_key(_KeyCarryingVault(), _memory_key_material)
 
 
-class _SoftDeletingVault(InMemoryKeyVault):
-    """Refuses destroyed refs but keeps their bytes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.kept: dict[str, bytes] = {}
-
-    def destroy(self, *key_refs: str) -> None:
-        self.kept.update({ref: self._keys[ref] for ref in key_refs if ref in self._keys})
-        super().destroy(*key_refs)
-
-
 def test_a_soft_delete_fails_with_key_material_and_is_a_named_skip_without() -> None:
     kit = KeyVaultConformance()
-    vault = _SoftDeletingVault()
+    vault = SoftDeletingVault()
 
     def material(_vault: KeyVault, key_ref: str) -> bytes:
         return vault._keys.get(key_ref) or vault.kept[key_ref]  # the storage, soft-deleted keys included

@@ -8,8 +8,9 @@ import attrs
 import pytest
 
 from engram_memory import ManualClock, connect
+from engram_memory.context import CAPTURE, SEARCH
 from engram_memory.wire.log_pointer import loggable_pointer
-from tests.read_fixtures import CAPTURE, SEARCH, DocSpec, capture_args, make_binding
+from tests.read_fixtures import DocSpec, capture_args, make_binding
 
 CAPTURE_TOOL = "engram_memory_capture"
 

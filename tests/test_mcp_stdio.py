@@ -314,39 +314,25 @@ class _RawServer:
                 pipe.close()
 
 
-def test_sigint_stops_a_server_whose_input_stays_open(tmp_path: Path) -> None:
-    """Ctrl-C ends an idle server at once (status 130, ``interrupted``), files closed and sound."""
+@pytest.mark.parametrize(
+    ("stop", "status", "said"),
+    [(signal.SIGINT, 130, b"interrupted\n"), (signal.SIGTERM, 143, b"terminated\n")],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_a_signal_stops_a_server_whose_input_stays_open(
+    tmp_path: Path, stop: signal.Signals, status: int, said: bytes
+) -> None:
+    """Ctrl-C, or SIGTERM (systemd, docker, an SDK client's stop), ends an idle server at once and closes it."""
     db = tmp_path / "memory.db"
     server = _RawServer(db)
     try:
         server.initialize()
         assert "result" in server.request("ping", {})
         time.sleep(0.5)  # the server now waits for its next line (where a blocked read ignored Ctrl-C)
-        os.kill(server.process.pid, signal.SIGINT)
-        status = server.process.wait(timeout=TIMEOUT)  # stdin is still open
-        assert status == 130
+        os.kill(server.process.pid, stop)
+        assert server.process.wait(timeout=TIMEOUT) == status  # stdin is still open
         assert server.process.stderr is not None
-        assert server.process.stderr.read() == b"interrupted\n"
-    finally:
-        server.stop()
-    verified = subprocess.run(  # our own console command
-        [sys.executable, "-m", "engram_memory", "verify", "--db", str(db)], capture_output=True, check=False
-    )
-    assert verified.returncode == 0, verified.stderr
-
-
-def test_sigterm_stops_a_server_as_a_service_manager_does_and_closes_it(tmp_path: Path) -> None:
-    """SIGTERM (systemd, docker, an SDK client's stop) closes the service: status 143, ``terminated``, files sound."""
-    db = tmp_path / "memory.db"
-    server = _RawServer(db)
-    try:
-        server.initialize()
-        assert "result" in server.request("ping", {})
-        time.sleep(0.5)
-        os.kill(server.process.pid, signal.SIGTERM)
-        assert server.process.wait(timeout=TIMEOUT) == 143  # stdin is still open
-        assert server.process.stderr is not None
-        assert server.process.stderr.read() == b"terminated\n"
+        assert server.process.stderr.read() == said
     finally:
         server.stop()
     verified = subprocess.run(  # our own console command

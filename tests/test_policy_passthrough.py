@@ -12,12 +12,12 @@ from typing import Final
 import pytest
 
 from engram_memory import DefaultPolicy, ErrorCode
-from engram_memory.context import HostBinding
+from engram_memory.context import ADMISSION, HostBinding
 from engram_memory.errors import EngramError
 from engram_memory.ports import AdmissionDecision, AdmissionRequest
 from engram_memory.testing import PolicyOverride
 from engram_memory.wire import RequestAdmissionArgs, parse_args
-from tests.read_fixtures import ADMISSION, DocSpec, ReadHarness, fail, idempotency_key, make_binding, ok
+from tests.read_fixtures import DocSpec, ReadHarness, fail, idempotency_key, make_binding, ok
 
 BASE: Final = DefaultPolicy(admission="accept")
 

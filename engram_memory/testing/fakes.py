@@ -18,7 +18,17 @@ import pytest
 
 from engram_memory.admin import MemoryAdmin
 from engram_memory.clock import ManualClock
-from engram_memory.context import ALL_TOOLS, Confirmation, HostBinding
+from engram_memory.context import (
+    ADMISSION,
+    ALL_TOOLS,
+    CAPTURE,
+    FORGET,
+    GET,
+    SEARCH,
+    WITHDRAW,
+    Confirmation,
+    HostBinding,
+)
 from engram_memory.errors import ErrorCode
 from engram_memory.ports import (
     AdmissionDecision,
@@ -62,13 +72,6 @@ __all__ = [
     "ok",
     "with_policy",
 ]
-
-SEARCH: Final = "engram_memory_search"
-GET: Final = "engram_memory_get"
-CAPTURE: Final = "engram_memory_capture"
-ADMISSION: Final = "engram_memory_request_admission"
-WITHDRAW: Final = "engram_memory_withdraw"
-FORGET: Final = "engram_memory_forget"
 
 PURPOSE: Final = "purpose:engram-conformance"
 """The purpose every binding built by :func:`make_binding` carries unless told otherwise."""
