@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from engram_memory import DefaultPolicy
+from engram_memory import DefaultPolicy, MemoryService
 from engram_memory.admin import MemoryAdmin
-from engram_memory.cli import _report_interrupted, main
+from engram_memory.cli import _report_stopped, main
 from engram_memory.connect import connect
 from engram_memory.errors import EngramError, ErrorCode, StoreUnavailableError
 from engram_memory.stores.sqlite import SQLiteStore
@@ -330,7 +330,7 @@ def test_an_id_that_is_not_utf8_is_a_usage_error(
 _INTERRUPTED_VERIFY = """
 import os, signal, sys
 from engram_memory.admin import MemoryAdmin
-from engram_memory.cli import _report_interrupted, main
+from engram_memory.cli import _report_stopped, main
 
 def interrupted(self, scope):
     os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of the work
@@ -396,7 +396,7 @@ def test_ctrl_c_with_a_full_stderr_pipe_drops_the_line_rather_than_wait() -> Non
             except BlockingIOError:
                 break
         os.set_blocking(write, True)
-        script = "import sys\nfrom engram_memory.cli import _report_interrupted\n_report_interrupted()\n"
+        script = "import sys\nfrom engram_memory.cli import _report_stopped\n_report_stopped('interrupted')\n"
         done = subprocess.run([sys.executable, "-c", script], stderr=write, timeout=60, check=False)
         assert done.returncode == 0
     finally:
@@ -449,7 +449,7 @@ def test_a_negative_schema_version_is_a_damaged_file_not_an_outdated_one(
 
 
 def test_ctrl_c_writes_its_line_to_a_stderr_descriptor_that_has_room(capfd: pytest.CaptureFixture[str]) -> None:
-    _report_interrupted()
+    _report_stopped("interrupted")
     assert capfd.readouterr().err == "interrupted\n"
 
 
@@ -476,3 +476,33 @@ def test_a_ctrl_c_raised_inside_the_servers_task_group_is_status_130(
     with pytest.raises(BaseExceptionGroup) as raised:
         main(["serve-mcp", "--db", str(db), *scope])
     assert raised.value.subgroup(OSError) is not None  # a real failure is not taken for Ctrl-C
+
+
+def test_sigterm_closes_the_server_and_is_status_143(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service manager's SIGTERM stops serving, closes the service (its files sound), then says ``terminated``."""
+    pytest.importorskip("mcp")
+    import anyio  # noqa: PLC0415 - optional extra
+
+    import engram_memory.adapters.mcp as adapter  # noqa: PLC0415 - optional extra
+
+    closed: list[str] = []
+    real_close = MemoryService.close
+
+    def close(self: MemoryService, **options: bool) -> None:
+        closed.append(type(self.store).__name__)
+        real_close(self, **options)
+
+    async def terminated(*_: object) -> None:
+        await anyio.sleep(0.2)  # the watcher's receiver is installed
+        os.kill(os.getpid(), signal.SIGTERM)  # as systemd stops the server
+        await anyio.sleep(30)  # cancelled by the watcher
+
+    monkeypatch.setattr(adapter, "serve_stdio", terminated)
+    monkeypatch.setattr(MemoryService, "close", close)
+    db = tmp_path / "memory.db"
+    scope = ["--tenant", "acme", "--workspace", "w", "--principal", "p", "--purpose", "eng"]
+    assert main(["serve-mcp", "--db", str(db), *scope]) == 143
+    assert capsys.readouterr().err == "terminated\n"
+    assert closed == ["InMemoryStore", "SQLiteStore"]  # the binding's probe, then the served store

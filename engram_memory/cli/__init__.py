@@ -66,7 +66,7 @@ from engram_memory.cli.commands import (
 )
 from engram_memory.cli.demo import _cmd_demo
 from engram_memory.cli.demo import run_demo as run_demo
-from engram_memory.cli.messages import _OutputError
+from engram_memory.cli.messages import _OutputError, _Terminated
 
 __all__ = ["main"]
 
@@ -310,6 +310,8 @@ def _add_serve_mcp(commands: _Commands) -> None:
     serve.set_defaults(run=_cmd_serve_mcp)
 
 
+_TERMINATED: Final = 143
+"""The exit status of ``serve-mcp`` stopped by SIGTERM (as a service manager stops it): 128 + 15."""
 _INTERRUPTED: Final = 130
 """The exit status of a command stopped by Ctrl-C (SIGINT), as shells report it: 128 + 2."""
 
@@ -317,15 +319,19 @@ _INTERRUPTED: Final = 130
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``engram-memory`` console script: the command's exit status.
 
-    A usage error exits 2 (argparse), a failure 1 with one line on standard error, and Ctrl-C
-    130 with ``interrupted`` on standard error.
+    A usage error exits 2 (argparse), a failure 1 with one line on standard error, Ctrl-C 130
+    with ``interrupted`` on standard error, and a ``serve-mcp`` stopped by SIGTERM 143 with
+    ``terminated``.
     """
     options = _parser().parse_args(argv)
     try:
         status: int = options.run(options)
     except KeyboardInterrupt:  # Ctrl-C: each command has cleaned up on the way out (a demo removed its files)
-        _report_interrupted()
+        _report_stopped("interrupted")
         return _INTERRUPTED
+    except _Terminated:  # SIGTERM to serve-mcp, which closed its service first
+        _report_stopped("terminated")
+        return _TERMINATED
     except _OutputError as exc:
         cause = exc.__cause__
         if isinstance(cause, BrokenPipeError):  # the reader left (`| head`): stop quietly, as Python's docs advise
@@ -336,8 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
-def _report_interrupted() -> None:
-    """Write ``interrupted`` on standard error, unless that would block: Ctrl-C must not wait on it.
+def _report_stopped(word: str) -> None:
+    """Write ``word`` on standard error, unless that would block: a stop must not wait on it.
 
     A full pipe (``serve-mcp 2>&1`` whose client stopped reading) would hold the process in the
     write, and so would a socket from a Node.js client; the line is dropped instead. Standard
@@ -349,10 +355,10 @@ def _report_interrupted() -> None:
         try:
             fd = sys.stderr.fileno()
         except (OSError, ValueError, AttributeError):  # no descriptor: captured in process
-            print("interrupted", file=sys.stderr, flush=True)
+            print(word, file=sys.stderr, flush=True)
             return
         sys.stderr.flush()
-        write_now(fd, b"interrupted\n")
+        write_now(fd, word.encode() + b"\n")
 
 
 def _discard_stdout() -> None:

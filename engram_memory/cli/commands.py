@@ -16,7 +16,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Final, NoReturn
+from typing import NoReturn
 
 import attrs
 
@@ -31,7 +31,7 @@ from engram_memory.cli.files import (
     _require_existing,
     _sqlite_url,
 )
-from engram_memory.cli.messages import _cause_hint, _reason, _say, _shown
+from engram_memory.cli.messages import _cause_hint, _reason, _say, _shown, _Terminated
 from engram_memory.connect import connect
 from engram_memory.context import ALL_TOOLS, FORGET, WITHDRAW, HostBinding
 from engram_memory.errors import EngramError, ErrorCode, PortError, ProtocolError
@@ -339,8 +339,7 @@ def _cmd_serve_mcp(options: argparse.Namespace) -> int:
     if stopped_by == signal.SIGINT:
         raise KeyboardInterrupt  # main() reports it: "interrupted", exit status 130
     if stopped_by == signal.SIGTERM:
-        print("terminated", file=sys.stderr)
-        return _TERMINATED
+        raise _Terminated  # main() reports it: "terminated", exit status 143
     return 0
 
 
@@ -366,10 +365,6 @@ def _run_server(
         if interrupts is None or rest is not None:
             raise
         return signal.SIGINT
-
-
-_TERMINATED: Final = 143
-"""The exit status of ``serve-mcp`` stopped by SIGTERM (as a service manager stops it): 128 + 15."""
 
 
 async def _serve_until_interrupted(

@@ -34,6 +34,10 @@ _SQLITE_HINTS: Final = {
 """What an operator can do about a failure, by SQLite's primary error name."""
 
 
+class _Terminated(Exception):  # noqa: N818 - a stop, not an error
+    """A SIGTERM stopped the command once it had cleaned up (``main`` reports it: status 143)."""
+
+
 class _OutputError(Exception):
     """Writing the command's output failed (a closed pipe, a full disk); ``__cause__`` is the OSError."""
 
