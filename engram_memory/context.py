@@ -34,6 +34,7 @@ __all__ = [
     "scope_key",
     "string_set",
     "tool_set",
+    "utf8_text",
 ]
 
 SEARCH: Final = "engram_memory_search"
@@ -113,7 +114,8 @@ def _as_text(name: str, value: object) -> str:
     return value
 
 
-def _text(_inst: object, attribute: attrs.Attribute[str], value: object) -> None:
+def utf8_text(_inst: object, attribute: attrs.Attribute[str], value: object) -> None:
+    """An attrs validator: a ``str`` with a UTF-8 form, else ``TypeError`` / ``ValueError``."""
     _as_text(attribute.name, value)
 
 
@@ -151,9 +153,9 @@ class Confirmation:
     """
 
     id: str = attrs.field(validator=_confirmation_id)
-    tool: str = attrs.field(validator=_text)
-    target: str = attrs.field(validator=_text)
-    operation_digest: str = attrs.field(validator=_text)
+    tool: str = attrs.field(validator=utf8_text)
+    target: str = attrs.field(validator=utf8_text)
+    operation_digest: str = attrs.field(validator=utf8_text)
     requested_at: datetime = attrs.field(converter=_in_utc, validator=_aware)
     approved_at: datetime = attrs.field(converter=_in_utc, validator=_aware)
 

@@ -8,8 +8,17 @@ from typing import Literal
 
 import attrs
 
-from engram_memory.canonical import has_utf8_form
-from engram_memory.context import ADMISSION, ALL_TOOLS, CAPTURE, FORGET, WITHDRAW, HostBinding, string_set, tool_set
+from engram_memory.context import (
+    ADMISSION,
+    ALL_TOOLS,
+    CAPTURE,
+    FORGET,
+    WITHDRAW,
+    HostBinding,
+    string_set,
+    tool_set,
+    utf8_text,
+)
 from engram_memory.ports import TRUST_CLASSES, AdmissionDecision, AdmissionRequest, CaptureConstraints
 
 __all__ = ["DefaultPolicy"]
@@ -26,14 +35,8 @@ def _family_refs(items: Iterable[str]) -> frozenset[str]:
 
 
 _BOOL = attrs.validators.instance_of(bool)
-
-
-def _text(_instance: object, attribute: attrs.Attribute[str], value: object) -> None:
-    """A non-empty ``str`` with a UTF-8 form (receipts digest it), else ``TypeError`` / ``ValueError``."""
-    if not isinstance(value, str):
-        raise TypeError(f"{attribute.name} must be a str")
-    if not value or not has_utf8_form(value):
-        raise ValueError(f"{attribute.name} must be non-empty Unicode text (no lone surrogate)")
+_NON_EMPTY_TEXT = attrs.validators.and_(utf8_text, attrs.validators.min_len(1))
+"""The id and version: receipts digest them, so a non-empty ``str`` with a UTF-8 form."""
 
 
 def _own_capture(request: AdmissionRequest) -> bool:
@@ -98,8 +101,8 @@ class DefaultPolicy:
         default="asserted", validator=attrs.validators.in_(TRUST_CLASSES)
     )
     network: bool = attrs.field(default=False, validator=_BOOL)
-    policy_id: str = attrs.field(default="engram-memory:default-policy", validator=_text)
-    policy_version: str = attrs.field(default="1", validator=_text)
+    policy_id: str = attrs.field(default="engram-memory:default-policy", validator=_NON_EMPTY_TEXT)
+    policy_version: str = attrs.field(default="1", validator=_NON_EMPTY_TEXT)
 
     def granted_tools(self, binding: HostBinding) -> frozenset[str]:
         """The configured tools, intersected with the binding's."""
